@@ -1,0 +1,127 @@
+// Package runbox runs commands in isolated places and reports truthfully
+// what happened.
+//
+// The root package holds the backend-neutral vocabulary: commands, streams,
+// results, images, sessions and the error sentinels. Backends live in
+// subpackages: [github.com/runbox-dev/runbox/docker] runs commands in Docker
+// Engine sessions, [github.com/runbox-dev/runbox/host] runs them on the
+// controlling machine.
+//
+// The central contract: a process that ran to completion yields a [Result],
+// whatever its exit code. An error means it did not complete normally (it
+// could not be started, the transport failed, the context was cancelled, a
+// limit was hit, or cleanup failed); errors wrap the sentinels in this
+// package so that callers can test them with errors.Is.
+package runbox
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// Command is one process invocation. Args are passed literally: no shell is
+// involved unless the caller asks for one with [ShellCommand].
+type Command struct {
+	// Args is the argument vector; Args[0] is the program.
+	Args []string
+	// Dir is the working directory; "" selects the backend's default.
+	Dir string
+	// Env holds KEY=VALUE entries added to (or replacing entries of) the
+	// backend's base environment.
+	Env []string
+	// CleanEnv starts from an empty environment: only Env is set.
+	CleanEnv bool
+	// Stdin is copied to the process; nil means empty input (immediate EOF).
+	Stdin io.Reader
+}
+
+// ShellCommand returns a Command that runs script with the platform shell
+// (/bin/sh -c on Unix). Use it only when shell syntax is intended.
+func ShellCommand(script string) Command {
+	return Command{Args: []string{"/bin/sh", "-c", script}}
+}
+
+// Validate reports whether c can be handed to a backend. The error wraps
+// [ErrInvalidCommand].
+func (c Command) Validate() error {
+	if len(c.Args) == 0 {
+		return fmt.Errorf("%w: empty argument vector", ErrInvalidCommand)
+	}
+	if c.Args[0] == "" {
+		return fmt.Errorf("%w: empty program name", ErrInvalidCommand)
+	}
+	for i, a := range c.Args {
+		if strings.IndexByte(a, 0) >= 0 {
+			return fmt.Errorf("%w: argument %d contains a NUL byte", ErrInvalidCommand, i)
+		}
+	}
+	if strings.IndexByte(c.Dir, 0) >= 0 {
+		return fmt.Errorf("%w: directory contains a NUL byte", ErrInvalidCommand)
+	}
+	if err := ValidateEnv(c.Env); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidCommand, err)
+	}
+	return nil
+}
+
+// ValidateEnv checks KEY=VALUE entries: each needs a non-empty key, an "="
+// and no NUL byte.
+func ValidateEnv(env []string) error {
+	for _, kv := range env {
+		if strings.IndexByte(kv, 0) >= 0 {
+			return fmt.Errorf("environment entry %q contains a NUL byte", kv)
+		}
+		k, _, ok := strings.Cut(kv, "=")
+		if !ok {
+			return fmt.Errorf("environment entry %q has no '='", kv)
+		}
+		if k == "" {
+			return fmt.Errorf("environment entry %q has an empty name", kv)
+		}
+	}
+	return nil
+}
+
+// Streams names the caller-owned writers that receive a command's output.
+// Backends never close them and never keep them after the call returns; a
+// nil writer discards that stream. Writes to each writer are serialized
+// within one call; callers sharing a writer between concurrent calls must
+// synchronize it themselves.
+type Streams struct {
+	Stdout io.Writer
+	Stderr io.Writer
+}
+
+// Result describes a process that completed, including a nonzero exit.
+type Result struct {
+	// ExitCode is the process's exit status.
+	ExitCode int
+	// Signal names the signal that ended the process (for example
+	// "SIGKILL") when the backend can tell; otherwise it is empty.
+	Signal string
+}
+
+// Success reports whether the process exited with status 0.
+func (r Result) Success() bool { return r.ExitCode == 0 && r.Signal == "" }
+
+// Process runs commands synchronously. Run waits for the command to finish;
+// when ctx ends first, Run returns an error wrapping both [ErrCancelled] and
+// ctx.Err().
+type Process interface {
+	Run(ctx context.Context, cmd Command, streams Streams) (Result, error)
+}
+
+// Executor manages images and isolated sessions in addition to running
+// one-shot commands.
+type Executor interface {
+	Process
+	// InspectImage returns the local identity of ref, or an error wrapping
+	// ErrImageUnavailable when the image is not present.
+	InspectImage(ctx context.Context, ref string) (Image, error)
+	// PullImage fetches ref for the selected platform.
+	PullImage(ctx context.Context, ref string, opts PullOptions) (Image, error)
+	// Open creates a session made of exactly spec.
+	Open(ctx context.Context, spec Spec) (Session, error)
+}

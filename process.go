@@ -1,0 +1,130 @@
+package runbox
+
+import (
+	"slices"
+)
+
+// ProcessSignal is a portable request to a running process tree.
+type ProcessSignal int
+
+const (
+	// ProcessSignalInterrupt asks the process to stop (SIGINT, Ctrl-C).
+	ProcessSignalInterrupt ProcessSignal = iota + 1
+	// ProcessSignalTerminate asks the process to exit (SIGTERM) and, after
+	// one grace period, kills it once.
+	ProcessSignalTerminate
+	// ProcessSignalKill kills the process tree immediately (SIGKILL).
+	ProcessSignalKill
+)
+
+// String returns the signal's name.
+func (s ProcessSignal) String() string {
+	switch s {
+	case ProcessSignalInterrupt:
+		return "interrupt"
+	case ProcessSignalTerminate:
+		return "terminate"
+	case ProcessSignalKill:
+		return "kill"
+	}
+	return "unknown"
+}
+
+// ProcessStreamMode says how a streaming process's stdio is wired.
+type ProcessStreamMode int
+
+const (
+	// ProcessStreamModePipes gives distinct stdin, stdout and stderr pipes.
+	ProcessStreamModePipes ProcessStreamMode = iota + 1
+	// ProcessStreamModePTY gives one pseudo-terminal; stderr is merged
+	// into stdout.
+	ProcessStreamModePTY
+)
+
+// String returns the mode's name.
+func (m ProcessStreamMode) String() string {
+	switch m {
+	case ProcessStreamModePipes:
+		return "pipes"
+	case ProcessStreamModePTY:
+		return "pty"
+	}
+	return "unknown"
+}
+
+// LifetimeContainment is what a backend actually achieved for tearing down a
+// process tree. It is a report, never a promise made in advance.
+type LifetimeContainment int
+
+const (
+	// LifetimeContainmentUnspecified means no claim is made.
+	LifetimeContainmentUnspecified LifetimeContainment = iota
+	// LifetimeContainmentBestEffort means teardown reaches the tree unless
+	// a descendant escapes it (for example by starting a new session).
+	LifetimeContainmentBestEffort
+	// LifetimeContainmentEnforced means the operating system guarantees
+	// that no descendant survives teardown.
+	LifetimeContainmentEnforced
+)
+
+// String returns the containment level's name.
+func (c LifetimeContainment) String() string {
+	switch c {
+	case LifetimeContainmentBestEffort:
+		return "best-effort"
+	case LifetimeContainmentEnforced:
+		return "enforced"
+	}
+	return "unspecified"
+}
+
+// ProcessAccessKind classifies the write authority of a prepared process.
+type ProcessAccessKind int
+
+const (
+	// ProcessAccessReadOnly may write nowhere.
+	ProcessAccessReadOnly ProcessAccessKind = iota + 1
+	// ProcessAccessScopedWrite may write only under its write paths.
+	ProcessAccessScopedWrite
+	// ProcessAccessBroadWrite may write wherever its user can.
+	ProcessAccessBroadWrite
+)
+
+// String returns the kind's name.
+func (k ProcessAccessKind) String() string {
+	switch k {
+	case ProcessAccessReadOnly:
+		return "read-only"
+	case ProcessAccessScopedWrite:
+		return "scoped-write"
+	case ProcessAccessBroadWrite:
+		return "broad-write"
+	}
+	return "unknown"
+}
+
+// ProcessAccess is an immutable description of where a prepared process may
+// write. It is fixed at preparation; later grants cannot widen it.
+type ProcessAccess struct {
+	kind  ProcessAccessKind
+	paths []string
+}
+
+// NewProcessAccess returns an access description. paths are canonical
+// (absolute, symlink-resolved) write roots and are only kept for
+// ProcessAccessScopedWrite.
+func NewProcessAccess(kind ProcessAccessKind, paths ...string) ProcessAccess {
+	a := ProcessAccess{kind: kind}
+	if kind == ProcessAccessScopedWrite {
+		a.paths = slices.Clone(paths)
+		slices.Sort(a.paths)
+		a.paths = slices.Compact(a.paths)
+	}
+	return a
+}
+
+// Kind returns the access classification.
+func (a ProcessAccess) Kind() ProcessAccessKind { return a.kind }
+
+// WritePaths returns a copy of the canonical write roots.
+func (a ProcessAccess) WritePaths() []string { return slices.Clone(a.paths) }
