@@ -1,0 +1,316 @@
+// Package docker runs runbox sessions as Docker Engine containers.
+//
+// A session is one container made of exactly the caller's Spec: image,
+// network policy (none unless asked), mounts, limits and lifetime process.
+// Commands run in it through the Engine's exec API. See docs/docker.md for
+// the guarantees this backend gives and those it cannot give.
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/distribution/reference"
+	"github.com/moby/moby/api/types/jsonstream"
+	"github.com/moby/moby/client"
+	"github.com/moby/moby/client/pkg/jsonmessage"
+	"github.com/moby/term"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/runbox-dev/runbox"
+)
+
+// Executor opens sessions on one Docker Engine. It is safe for concurrent
+// use. Close it to release the Engine connection.
+type Executor struct {
+	cli          *client.Client
+	ownsClient   bool
+	defaultSpec  *runbox.Spec
+	owner        string
+	closeTimeout time.Duration
+	raw          *http.Client // for the few endpoints whose client decoding loses information
+}
+
+var _ runbox.Executor = (*Executor)(nil)
+
+// Option configures New.
+type Option func(*config) error
+
+type config struct {
+	clientOpts   []client.Opt
+	cli          *client.Client
+	defaultSpec  *runbox.Spec
+	owner        string
+	closeTimeout time.Duration
+}
+
+// WithHost connects to the Engine at host (for example
+// "unix:///var/run/docker.sock" or "tcp://127.0.0.1:2375") instead of the
+// one DOCKER_HOST names.
+func WithHost(host string) Option {
+	return func(c *config) error {
+		c.clientOpts = append(c.clientOpts, client.WithHost(host))
+		return nil
+	}
+}
+
+// WithClient uses an existing Engine client. The Executor does not close it.
+func WithClient(cli *client.Client) Option {
+	return func(c *config) error {
+		if cli == nil {
+			return errors.New("runbox/docker: WithClient: nil client")
+		}
+		c.cli = cli
+		return nil
+	}
+}
+
+// WithDefaultSpec sets the session Spec that Executor.Run uses for its
+// one-shot sessions.
+func WithDefaultSpec(spec runbox.Spec) Option {
+	return func(c *config) error {
+		if err := spec.Validate(); err != nil {
+			return err
+		}
+		c.defaultSpec = &spec
+		return nil
+	}
+}
+
+// WithOwner overrides the owner recorded in the LabelOwner label
+// (default "hostname/pid").
+func WithOwner(owner string) Option {
+	return func(c *config) error {
+		c.owner = owner
+		return nil
+	}
+}
+
+// WithCloseTimeout bounds Session.Close, which runs on a context detached
+// from the caller's so that it also works after cancellation. Default 30s.
+func WithCloseTimeout(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("runbox/docker: WithCloseTimeout: %v is not positive", d)
+		}
+		c.closeTimeout = d
+		return nil
+	}
+}
+
+// New returns an Executor for the Engine named by the environment
+// (DOCKER_HOST, DOCKER_TLS_VERIFY, DOCKER_CERT_PATH, DOCKER_API_VERSION)
+// unless options say otherwise. The API version is negotiated with the
+// Engine on first use; Engine API 1.41 and newer are supported.
+func New(opts ...Option) (*Executor, error) {
+	c := config{owner: defaultOwner(), closeTimeout: 30 * time.Second}
+	for _, o := range opts {
+		if err := o(&c); err != nil {
+			return nil, err
+		}
+	}
+	e := &Executor{
+		cli:          c.cli,
+		defaultSpec:  c.defaultSpec,
+		owner:        c.owner,
+		closeTimeout: c.closeTimeout,
+	}
+	if e.cli == nil {
+		all := append([]client.Opt{client.FromEnv}, c.clientOpts...)
+		cli, err := client.New(all...)
+		if err != nil {
+			return nil, fmt.Errorf("runbox/docker: engine client: %w", err)
+		}
+		e.cli, e.ownsClient = cli, true
+	}
+	dial := e.cli.Dialer()
+	e.raw = &http.Client{Transport: &http.Transport{
+		DialContext:         func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) },
+		MaxIdleConnsPerHost: 8,
+	}}
+	return e, nil
+}
+
+// Client returns the Engine client the Executor uses.
+func (e *Executor) Client() *client.Client { return e.cli }
+
+// Close releases the Engine connection (when New created it). Sessions
+// still open stay open; close them first.
+func (e *Executor) Close() error {
+	e.raw.CloseIdleConnections()
+	if e.ownsClient {
+		return e.cli.Close()
+	}
+	return nil
+}
+
+// imageIDPattern matches a full or short image ID, with or without the
+// "sha256:" prefix.
+var imageIDPattern = regexp.MustCompile(`^(sha256:)?[a-f0-9]{12,64}$`)
+
+// validateImageRef accepts an image ID or a reference the Engine can parse.
+func validateImageRef(ref string) error {
+	if imageIDPattern.MatchString(ref) {
+		return nil
+	}
+	if _, err := reference.ParseNormalizedNamed(ref); err != nil {
+		return fmt.Errorf("%w: image reference %q: %w", runbox.ErrInvalidSpec, ref, err)
+	}
+	return nil
+}
+
+// InspectImage returns the local identity of ref. An Engine "not found"
+// answer wraps runbox.ErrImageUnavailable; any other failure (including an
+// unreachable Engine) is returned as what it is.
+func (e *Executor) InspectImage(ctx context.Context, ref string) (runbox.Image, error) {
+	if err := validateImageRef(ref); err != nil {
+		return runbox.Image{}, err
+	}
+	res, err := e.cli.ImageInspect(ctx, ref)
+	if err != nil {
+		return runbox.Image{}, classifyImageErr(ref, err)
+	}
+	return runbox.Image{
+		ID:           res.ID,
+		OS:           res.Os,
+		Architecture: res.Architecture,
+		Variant:      res.Variant,
+	}, nil
+}
+
+// PullImage pulls ref for opts.Platform (the Engine's own platform when nil)
+// and returns the pulled image. Progress is rendered to opts.Progress as the
+// Engine reports it; an error inside the progress stream is returned as a
+// *PullError. The pulled image's platform is checked against the requested
+// one and a difference is runbox.ErrPlatformMismatch.
+func (e *Executor) PullImage(ctx context.Context, ref string, opts runbox.PullOptions) (runbox.Image, error) {
+	if _, err := reference.ParseNormalizedNamed(ref); err != nil {
+		return runbox.Image{}, fmt.Errorf("%w: image reference %q: %w", runbox.ErrInvalidSpec, ref, err)
+	}
+	var popts client.ImagePullOptions
+	if opts.Platform != nil {
+		if opts.Platform.OS == "" || opts.Platform.Architecture == "" {
+			return runbox.Image{}, fmt.Errorf("%w: platform needs an OS and an architecture", runbox.ErrInvalidSpec)
+		}
+		popts.Platforms = []ocispec.Platform{*opts.Platform}
+	}
+	resp, err := e.cli.ImagePull(ctx, ref, popts)
+	if err != nil {
+		return runbox.Image{}, classifyImageErr(ref, err)
+	}
+	defer resp.Close()
+	if err := renderPull(ctx, ref, resp, opts.Progress); err != nil {
+		return runbox.Image{}, err
+	}
+	img, err := e.InspectImage(ctx, ref)
+	if err != nil {
+		return runbox.Image{}, err
+	}
+	if p := opts.Platform; p != nil && !platformMatches(*p, img) {
+		return img, fmt.Errorf("%w: %s is %s, wanted %s", runbox.ErrPlatformMismatch, ref,
+			formatPlatform(img.Platform()), formatPlatform(*p))
+	}
+	return img, nil
+}
+
+// renderPull decodes every progress message, renders it, and turns the
+// first error message into a *PullError. It reads the stream to its end so
+// that no error is dropped.
+func renderPull(ctx context.Context, ref string, resp client.ImagePullResponse, out io.Writer) error {
+	isTerm := false
+	var fd uintptr
+	if out == nil {
+		out = io.Discard
+	} else {
+		fd, isTerm = term.GetFdInfo(out)
+	}
+	var streamErr error
+	msgs := func(yield func(jsonstream.Message, error) bool) {
+		for m, err := range resp.JSONMessages(ctx) {
+			if err != nil {
+				streamErr = err
+				return
+			}
+			if !yield(m, nil) {
+				return
+			}
+		}
+	}
+	err := jsonmessage.DisplayJSONMessages(msgs, out, fd, isTerm, nil)
+	if ctx.Err() != nil {
+		return fmt.Errorf("runbox/docker: pull %s: %w: %w", ref, runbox.ErrCancelled, ctx.Err())
+	}
+	if streamErr != nil {
+		return fmt.Errorf("runbox/docker: pull %s: %w: %w", ref, runbox.ErrTransport, streamErr)
+	}
+	if err != nil {
+		var je *jsonstream.Error
+		if errors.As(err, &je) {
+			return &PullError{Ref: ref, Message: je.Message}
+		}
+		return &PullError{Ref: ref, Message: err.Error()}
+	}
+	return nil
+}
+
+// platformMatches compares OS and architecture, and the variant when both
+// sides name one.
+func platformMatches(want ocispec.Platform, img runbox.Image) bool {
+	if !strings.EqualFold(want.OS, img.OS) || !strings.EqualFold(want.Architecture, img.Architecture) {
+		return false
+	}
+	return want.Variant == "" || img.Variant == "" || want.Variant == img.Variant
+}
+
+func formatPlatform(p ocispec.Platform) string {
+	s := p.OS + "/" + p.Architecture
+	if p.Variant != "" {
+		s += "/" + p.Variant
+	}
+	return s
+}
+
+// ParsePlatform parses "os/arch[/variant]".
+func ParsePlatform(s string) (ocispec.Platform, error) {
+	parts := strings.Split(s, "/")
+	if len(parts) < 2 || len(parts) > 3 {
+		return ocispec.Platform{}, fmt.Errorf("%w: platform %q is not os/arch[/variant]", runbox.ErrInvalidSpec, s)
+	}
+	for _, p := range parts {
+		if p == "" || strings.ContainsAny(p, " \t") {
+			return ocispec.Platform{}, fmt.Errorf("%w: platform %q is not os/arch[/variant]", runbox.ErrInvalidSpec, s)
+		}
+	}
+	p := ocispec.Platform{OS: parts[0], Architecture: parts[1]}
+	if len(parts) == 3 {
+		p.Variant = parts[2]
+	}
+	return p, nil
+}
+
+// Run runs cmd in a one-shot session opened from the default Spec
+// (WithDefaultSpec) and closes the session afterwards, whatever happened.
+func (e *Executor) Run(ctx context.Context, cmd runbox.Command, streams runbox.Streams) (runbox.Result, error) {
+	if e.defaultSpec == nil {
+		return runbox.Result{}, ErrNoDefaultSpec
+	}
+	if err := cmd.Validate(); err != nil {
+		return runbox.Result{}, err
+	}
+	s, err := e.Open(ctx, *e.defaultSpec)
+	if err != nil {
+		return runbox.Result{}, err
+	}
+	res, runErr := s.Run(ctx, cmd, streams)
+	if cerr := s.Close(ctx); cerr != nil {
+		return res, errors.Join(runErr, cerr)
+	}
+	return res, runErr
+}

@@ -1,0 +1,274 @@
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"path"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
+	"github.com/moby/moby/client"
+
+	"github.com/runbox-dev/runbox"
+)
+
+// Session is one running container. Its methods are safe for concurrent use
+// and serialize with each other, except Close, which interrupts a Run in
+// progress.
+type Session struct {
+	e    *Executor
+	id   string
+	spec runbox.Spec
+
+	mu     sync.Mutex  // serializes Run and Snapshot
+	closed atomic.Bool // set first thing in Close
+
+	closeMu sync.Mutex
+	removed bool
+}
+
+var _ runbox.Session = (*Session)(nil)
+
+// ID returns the container ID.
+func (s *Session) ID() string { return s.id }
+
+// Spec returns the Spec the session was opened with.
+func (s *Session) Spec() runbox.Spec { return s.spec }
+
+// Open creates and starts a container made of exactly spec. The default
+// network is none. When anything fails after the container was created,
+// the container is removed before Open returns.
+func (e *Executor) Open(ctx context.Context, spec runbox.Spec) (runbox.Session, error) {
+	s, err := e.open(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func (e *Executor) open(ctx context.Context, spec runbox.Spec) (*Session, error) {
+	if err := spec.Validate(); err != nil {
+		return nil, err
+	}
+	if err := validateImageRef(spec.Image); err != nil {
+		return nil, err
+	}
+	if spec.Network == "" {
+		spec.Network = runbox.NetworkNone
+	}
+	if err := e.checkNetwork(ctx, spec.Network); err != nil {
+		return nil, err
+	}
+	cfg, hostCfg := containerConfig(spec, e.owner, time.Now())
+	created, err := e.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Config: cfg, HostConfig: hostCfg})
+	if err != nil {
+		return nil, classifyImageErr(spec.Image, err)
+	}
+	s := &Session{e: e, id: created.ID, spec: spec}
+	if err := e.start(ctx, s); err != nil {
+		if rmErr := s.remove(ctx); rmErr != nil {
+			err = errors.Join(err, rmErr)
+		}
+		return nil, err
+	}
+	return s, nil
+}
+
+// start starts the container and confirms that its lifetime process is
+// still running, so that a process that exits at once is reported here.
+func (e *Executor) start(ctx context.Context, s *Session) error {
+	if _, err := e.cli.ContainerStart(ctx, s.id, client.ContainerStartOptions{}); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("runbox/docker: open: %w: %w", runbox.ErrCancelled, ctx.Err())
+		}
+		return fmt.Errorf("runbox/docker: open: starting the lifetime process: %w: %w", runbox.ErrStart, engineErr(err))
+	}
+	return s.checkRunning(ctx)
+}
+
+// checkRunning returns an error wrapping runbox.ErrSessionEnded when the
+// lifetime process is no longer running.
+func (s *Session) checkRunning(ctx context.Context) error {
+	res, err := s.e.cli.ContainerInspect(ctx, s.id, client.ContainerInspectOptions{})
+	if err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return fmt.Errorf("%w: container %s no longer exists", runbox.ErrSessionEnded, shortID(s.id))
+		}
+		return engineErr(err)
+	}
+	st := res.Container.State
+	if st == nil || st.Running {
+		return nil
+	}
+	msg := fmt.Sprintf("lifetime process exited with code %d", st.ExitCode)
+	if st.OOMKilled {
+		msg += " (out of memory)"
+	}
+	if st.Error != "" {
+		msg += ": " + st.Error
+	}
+	return fmt.Errorf("%w: %s", runbox.ErrSessionEnded, msg)
+}
+
+// checkNetwork rejects a named network the Engine does not know. The
+// built-in modes need no round trip.
+func (e *Executor) checkNetwork(ctx context.Context, n runbox.NetworkPolicy) error {
+	switch n {
+	case runbox.NetworkNone, runbox.NetworkBridge, "host", "default":
+		return nil
+	}
+	if _, err := e.cli.NetworkInspect(ctx, string(n), client.NetworkInspectOptions{}); err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return fmt.Errorf("%w: unknown network %q", runbox.ErrInvalidSpec, n)
+		}
+		return engineErr(err)
+	}
+	return nil
+}
+
+// containerConfig translates a validated Spec. Nothing is added that the
+// Spec does not say, apart from runbox's labels.
+func containerConfig(spec runbox.Spec, owner string, now time.Time) (*container.Config, *container.HostConfig) {
+	cfg := &container.Config{
+		Image:  spec.Image,
+		Env:    spec.Env,
+		User:   spec.User,
+		Labels: sessionLabels(spec.Labels, owner, now),
+	}
+	if spec.Process != nil {
+		// A non-empty Entrypoint stops the Engine from merging the image's
+		// entrypoint and command: the lifetime process is exactly this.
+		cfg.Entrypoint = spec.Process
+	}
+	hostCfg := &container.HostConfig{
+		NetworkMode: container.NetworkMode(spec.Network),
+		Init:        &spec.Init,
+	}
+	for _, m := range spec.Mounts {
+		hostCfg.Mounts = append(hostCfg.Mounts, mount.Mount{
+			Type:     mount.TypeBind,
+			Source:   m.Source,
+			Target:   path.Clean(m.Target),
+			ReadOnly: m.ReadOnly,
+		})
+	}
+	r := spec.Resources
+	hostCfg.Memory = r.MemoryBytes
+	if r.MemoryBytes > 0 {
+		hostCfg.MemorySwap = r.MemoryBytes // no swap beyond the limit
+	}
+	hostCfg.NanoCPUs = int64(math.Round(r.CPUs * 1e9))
+	if r.Pids > 0 {
+		pids := r.Pids
+		hostCfg.PidsLimit = &pids
+	}
+	return cfg, hostCfg
+}
+
+// Run executes cmd in the session and waits for it. See the package
+// documentation for what cancellation does to the started process.
+func (s *Session) Run(ctx context.Context, cmd runbox.Command, streams runbox.Streams) (runbox.Result, error) {
+	if err := cmd.Validate(); err != nil {
+		return runbox.Result{}, err
+	}
+	if cmd.CleanEnv {
+		return runbox.Result{}, fmt.Errorf("%w: CleanEnv: the Engine's exec always adds the container's environment, and this session has no in-container helper to clear it", runbox.ErrUnsupported)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed.Load() {
+		return runbox.Result{}, runbox.ErrSessionClosed
+	}
+	res, err := s.exec(ctx, cmd, streams)
+	if s.closed.Load() && !errors.Is(err, runbox.ErrCancelled) {
+		// Close overlapped this Run and killed the command: whatever the
+		// Engine reported afterwards is not the command's own outcome.
+		return runbox.Result{}, fmt.Errorf("%w: Close interrupted the command (%v)", runbox.ErrSessionClosed, err)
+	}
+	return res, err
+}
+
+// Snapshot commits the session's writable layer as a new image. Bind
+// mounts are not part of it. The container is paused only when opts.Pause
+// is set. runbox's session labels are blanked so that a sweep never takes
+// a snapshot for a leaked session.
+func (s *Session) Snapshot(ctx context.Context, opts runbox.SnapshotOptions) (runbox.Image, error) {
+	if opts.Reference != "" {
+		if err := validateTagRef(opts.Reference); err != nil {
+			return runbox.Image{}, err
+		}
+	}
+	for k := range opts.Labels {
+		if k == "" {
+			return runbox.Image{}, fmt.Errorf("%w: empty label name", runbox.ErrInvalidSpec)
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed.Load() {
+		return runbox.Image{}, runbox.ErrSessionClosed
+	}
+	res, err := s.e.cli.ContainerCommit(ctx, s.id, client.ContainerCommitOptions{
+		Reference: opts.Reference,
+		Comment:   opts.Comment,
+		Author:    opts.Author,
+		NoPause:   !opts.Pause,
+		Config:    &container.Config{Labels: snapshotLabels(opts.Labels)},
+	})
+	if err != nil {
+		if s.closed.Load() {
+			return runbox.Image{}, fmt.Errorf("%w: %w", runbox.ErrSessionClosed, err)
+		}
+		return runbox.Image{}, fmt.Errorf("runbox/docker: snapshot: %w", engineErr(err))
+	}
+	return s.e.InspectImage(ctx, res.ID)
+}
+
+// Close removes the container, killing every process in it, together with
+// its anonymous volumes. It runs on a context detached from ctx (bounded by
+// WithCloseTimeout), so it works after ctx was cancelled. Close is
+// idempotent; a Close that failed may be retried.
+func (s *Session) Close(ctx context.Context) error {
+	s.closed.Store(true)
+	return s.remove(ctx)
+}
+
+func (s *Session) remove(ctx context.Context) error {
+	s.closeMu.Lock()
+	defer s.closeMu.Unlock()
+	if s.removed {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.e.closeTimeout)
+	defer cancel()
+	_, err := s.e.cli.ContainerRemove(ctx, s.id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+	if err != nil && !cerrdefs.IsNotFound(err) {
+		return fmt.Errorf("%w: removing container %s: %w", runbox.ErrCleanup, shortID(s.id), engineErr(err))
+	}
+	s.removed = true
+	return nil
+}
+
+// validateTagRef accepts "name[:tag]" without a digest.
+func validateTagRef(ref string) error {
+	if err := validateImageRef(ref); err != nil {
+		return err
+	}
+	if imageIDPattern.MatchString(ref) {
+		return fmt.Errorf("%w: snapshot reference %q looks like an image ID", runbox.ErrInvalidSpec, ref)
+	}
+	return nil
+}
+
+func shortID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
