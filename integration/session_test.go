@@ -321,19 +321,21 @@ func TestBadInputCreatesNothing(t *testing.T) {
 	dir := t.TempDir()
 	withSpec := func(f func(*runbox.Spec)) runbox.Spec { s := baseSpec(); f(&s); return s }
 	specs := map[string]runbox.Spec{
-		"empty image":         withSpec(func(s *runbox.Spec) { s.Image = "" }),
-		"unparsable image":    withSpec(func(s *runbox.Spec) { s.Image = "Bad//Image::x" }),
-		"unknown network":     withSpec(func(s *runbox.Spec) { s.Network = "runbox-no-such-net-" + runbox.NetworkPolicy(runID) }),
-		"relative source":     withSpec(func(s *runbox.Spec) { s.Mounts = []runbox.Mount{{Source: "rel/dir", Target: "/x"}} }),
-		"missing source":      withSpec(func(s *runbox.Spec) { s.Mounts = []runbox.Mount{{Source: "/no/such/dir", Target: "/x"}} }),
-		"relative target":     withSpec(func(s *runbox.Spec) { s.Mounts = []runbox.Mount{{Source: dir, Target: "x"}} }),
-		"duplicate targets":   withSpec(func(s *runbox.Spec) { s.Mounts = []runbox.Mount{{Source: dir, Target: "/x"}, {Source: dir, Target: "/x/"}} }),
-		"negative memory":     withSpec(func(s *runbox.Spec) { s.Resources.MemoryBytes = -1 }),
-		"negative cpus":       withSpec(func(s *runbox.Spec) { s.Resources.CPUs = -0.5 }),
-		"negative pids":       withSpec(func(s *runbox.Spec) { s.Resources.Pids = -1 }),
-		"env without =":       withSpec(func(s *runbox.Spec) { s.Env = []string{"NOEQUALS"} }),
-		"NUL in process":      withSpec(func(s *runbox.Spec) { s.Process = []string{"sleep", "1\x00"} }),
-		"empty process":       withSpec(func(s *runbox.Spec) { s.Process = []string{} }),
+		"empty image":      withSpec(func(s *runbox.Spec) { s.Image = "" }),
+		"unparsable image": withSpec(func(s *runbox.Spec) { s.Image = "Bad//Image::x" }),
+		"unknown network":  withSpec(func(s *runbox.Spec) { s.Network = "runbox-no-such-net-" + runbox.NetworkPolicy(runID) }),
+		"relative source":  withSpec(func(s *runbox.Spec) { s.Mounts = []runbox.Mount{{Source: "rel/dir", Target: "/x"}} }),
+		"missing source":   withSpec(func(s *runbox.Spec) { s.Mounts = []runbox.Mount{{Source: "/no/such/dir", Target: "/x"}} }),
+		"relative target":  withSpec(func(s *runbox.Spec) { s.Mounts = []runbox.Mount{{Source: dir, Target: "x"}} }),
+		"duplicate targets": withSpec(func(s *runbox.Spec) {
+			s.Mounts = []runbox.Mount{{Source: dir, Target: "/x"}, {Source: dir, Target: "/x/"}}
+		}),
+		"negative memory": withSpec(func(s *runbox.Spec) { s.Resources.MemoryBytes = -1 }),
+		"negative cpus":   withSpec(func(s *runbox.Spec) { s.Resources.CPUs = -0.5 }),
+		"negative pids":   withSpec(func(s *runbox.Spec) { s.Resources.Pids = -1 }),
+		"env without =":   withSpec(func(s *runbox.Spec) { s.Env = []string{"NOEQUALS"} }),
+		"NUL in process":  withSpec(func(s *runbox.Spec) { s.Process = []string{"sleep", "1\x00"} }),
+		"empty process":   withSpec(func(s *runbox.Spec) { s.Process = []string{} }),
 	}
 	for name, spec := range specs {
 		t.Run(name, func(t *testing.T) {
