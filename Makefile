@@ -1,0 +1,40 @@
+# runbox: the targets a developer and CI need. `make test` is what CI runs.
+GO ?= go
+PKGS := ./...
+
+.PHONY: all demo test unit vet cross bench build clean
+
+all: vet test
+
+## demo: open a session on a locally built image, run, snapshot, reopen, close
+demo:
+	$(GO) run ./cmd/runbox demo
+
+## test: vet for every platform, then every test (integration tests need a Docker Engine) under -race
+test: vet cross
+	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+
+## unit: the tests that need no Docker Engine
+unit:
+	$(GO) test -race -count=1 . ./docker/ ./host/
+
+vet:
+	$(GO) vet $(PKGS)
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
+
+## cross: the macOS and Windows code must at least compile and vet
+cross:
+	GOOS=darwin $(GO) vet $(PKGS)
+	GOOS=windows $(GO) vet $(PKGS)
+	GOOS=darwin $(GO) test -c -o /dev/null ./host/
+	GOOS=windows $(GO) test -c -o /dev/null ./host/
+
+## bench: runbox beside the raw Engine API / os/exec in one run, as ratios
+bench:
+	$(GO) test -run '^$$' -bench . -benchtime 10x -timeout 30m ./integration/ ./host/ | $(GO) run ./internal/benchtable
+
+build:
+	CGO_ENABLED=0 $(GO) build -o bin/runbox ./cmd/runbox
+
+clean:
+	rm -rf bin

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"time"
+
+	"github.com/moby/moby/client"
+	"github.com/spf13/cobra"
+
+	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/docker"
+	"github.com/runbox-dev/runbox/internal/testimage"
+)
+
+func newDemo() *cobra.Command {
+	var keep bool
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "Walk through a Docker session: open, run, snapshot, reopen, close",
+		Long: `demo builds a tiny image from the machine's static busybox (Debian's
+busybox-static) through the Engine API, opens a session on it, runs a few
+commands, snapshots the session, runs a command in a session opened from
+the snapshot, and closes everything, printing each step. It needs a running
+Docker Engine (DOCKER_HOST is honoured) and no registry.`,
+		Example: "  runbox demo\n  DOCKER_HOST=tcp://127.0.0.1:2375 runbox demo",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
+			defer stop()
+			return demo(ctx, cmd.OutOrStdout(), keep)
+		},
+	}
+	cmd.Flags().BoolVar(&keep, "keep-images", false, "keep the demo and snapshot images")
+	return cmd
+}
+
+func demo(ctx context.Context, out io.Writer, keep bool) (err error) {
+	step := func(format string, a ...any) { fmt.Fprintf(out, "==> "+format+"\n", a...) }
+	e, err := docker.New()
+	if err != nil {
+		return err
+	}
+	defer e.Close()
+	cli := e.Client()
+
+	base := "runbox-demo/busybox:latest"
+	step("building %s from a static busybox through the Engine API", base)
+	id, err := testimage.Import(ctx, cli, base, map[string]string{"dev.runbox.demo": "1"})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "    image %s\n", id)
+	if !keep {
+		defer removeImage(cli, base, &err)
+	}
+
+	spec := runbox.Spec{Image: base, Process: []string{"sleep", "1000000"}, Init: true}
+	step("opening a session (network: none, lifetime process: %s)", strings.Join(spec.Process, " "))
+	s, err := e.Open(ctx, spec)
+	if err != nil {
+		return err
+	}
+	defer closeSession(s, &err)
+	fmt.Fprintf(out, "    session %s\n", s.ID()[:12])
+
+	streams := runbox.Streams{Stdout: indent(out), Stderr: indent(out)}
+	runs := []runbox.Command{
+		{Args: []string{"uname", "-srm"}},
+		{Args: []string{"echo", "literal $HOME; no shell here"}},
+		runbox.ShellCommand("echo 'written before the snapshot' > /greeting && ls /sys/class/net"),
+		runbox.ShellCommand("echo 'to stderr' >&2; exit 3"),
+	}
+	for _, c := range runs {
+		step("run %q", c.Args)
+		res, err := s.Run(ctx, c, streams)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "    exit code %d\n", res.ExitCode)
+	}
+
+	step("run a program that does not exist: a launch error, not an exit code")
+	_, runErr := s.Run(ctx, runbox.Command{Args: []string{"/no/such/program"}}, streams)
+	fmt.Fprintf(out, "    error: %v (errors.Is ErrStart: %v)\n", runErr, errors.Is(runErr, runbox.ErrStart))
+
+	snapRef := "runbox-demo/snapshot:latest"
+	step("snapshot the session's writable layer as %s", snapRef)
+	img, err := s.Snapshot(ctx, runbox.SnapshotOptions{Reference: snapRef})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "    image %s (%s/%s)\n", img.ID, img.OS, img.Architecture)
+	if !keep {
+		defer removeImage(cli, snapRef, &err)
+	}
+
+	step("open a second session from the snapshot")
+	s2, err := e.Open(ctx, runbox.Spec{Image: snapRef, Process: spec.Process, Init: true})
+	if err != nil {
+		return err
+	}
+	defer closeSession(s2, &err)
+	fmt.Fprintf(out, "    session %s\n", s2.ID()[:12])
+	step("run %q", []string{"cat", "/greeting"})
+	if _, err := s2.Run(ctx, runbox.Command{Args: []string{"cat", "/greeting"}}, streams); err != nil {
+		return err
+	}
+	step("closing both sessions and removing the demo images")
+	return nil
+}
+
+
+func closeSession(s runbox.Session, errp *error) {
+	if err := s.Close(context.Background()); err != nil && *errp == nil {
+		*errp = err
+	}
+}
+
+func removeImage(cli *client.Client, ref string, errp *error) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := cli.ImageRemove(ctx, ref, client.ImageRemoveOptions{Force: true, PruneChildren: true}); err != nil && *errp == nil {
+		*errp = err
+	}
+}
+
+// indent prefixes every line a command writes, so that output stands apart
+// from the demo's own narration.
+func indent(w io.Writer) io.Writer { return &prefixWriter{w: w, prefix: "    | ", atStart: true} }
+
+type prefixWriter struct {
+	w       io.Writer
+	prefix  string
+	atStart bool
+}
+
+func (p *prefixWriter) Write(b []byte) (int, error) {
+	var sb strings.Builder
+	for _, c := range string(b) {
+		if p.atStart {
+			sb.WriteString(p.prefix)
+		}
+		sb.WriteRune(c)
+		p.atStart = c == '\n'
+	}
+	if _, err := io.WriteString(p.w, sb.String()); err != nil {
+		return 0, err
+	}
+	return len(b), nil
+}

@@ -1,0 +1,198 @@
+package integration
+
+import (
+	"context"
+	"io"
+	"testing"
+
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+
+	"github.com/runbox-dev/runbox"
+)
+
+// Each benchmark has a "runbox" and a "raw" sub-benchmark doing the same
+// work, the raw one straight through the moby client, so that one run
+// yields a ratio (see internal/benchtable).
+
+const streamBytes = 64 << 20
+
+var streamCmd = []string{"head", "-c", "67108864", "/dev/zero"}
+
+func BenchmarkOpen(b *testing.B) {
+	e := newExecutor(b)
+	ctx := context.Background()
+	b.Run("runbox", func(b *testing.B) {
+		for b.Loop() {
+			s, err := e.Open(ctx, baseSpec())
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			if err := s.Close(ctx); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+		}
+	})
+	b.Run("raw", func(b *testing.B) {
+		for b.Loop() {
+			id := rawOpen(b, e.Client())
+			b.StopTimer()
+			rawClose(b, e.Client(), id)
+			b.StartTimer()
+		}
+	})
+}
+
+func BenchmarkClose(b *testing.B) {
+	e := newExecutor(b)
+	ctx := context.Background()
+	b.Run("runbox", func(b *testing.B) {
+		for b.Loop() {
+			b.StopTimer()
+			s, err := e.Open(ctx, baseSpec())
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+			if err := s.Close(ctx); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("raw", func(b *testing.B) {
+		for b.Loop() {
+			b.StopTimer()
+			id := rawOpen(b, e.Client())
+			b.StartTimer()
+			rawClose(b, e.Client(), id)
+		}
+	})
+}
+
+func BenchmarkRunTrue(b *testing.B) {
+	e := newExecutor(b)
+	s := open(b, e, baseSpec())
+	ctx := context.Background()
+	b.Run("runbox", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := s.Run(ctx, argv("true"), runbox.Streams{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("raw", func(b *testing.B) {
+		for b.Loop() {
+			rawExec(b, e.Client(), s.ID(), []string{"true"})
+		}
+	})
+}
+
+func BenchmarkStream64MiB(b *testing.B) {
+	e := newExecutor(b)
+	s := open(b, e, baseSpec())
+	ctx := context.Background()
+	b.Run("runbox", func(b *testing.B) {
+		b.SetBytes(streamBytes)
+		for b.Loop() {
+			if _, err := s.Run(ctx, runbox.Command{Args: streamCmd}, runbox.Streams{Stdout: io.Discard}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("raw", func(b *testing.B) {
+		b.SetBytes(streamBytes)
+		for b.Loop() {
+			rawExec(b, e.Client(), s.ID(), streamCmd)
+		}
+	})
+}
+
+func BenchmarkSnapshot(b *testing.B) {
+	e := newExecutor(b)
+	cli := e.Client()
+	s := open(b, e, baseSpec())
+	ctx := context.Background()
+	if o := run(b, s, runbox.ShellCommand("echo data > /tmp/file")); o.err != nil {
+		b.Fatal(o.err)
+	}
+	remove := func(id string) {
+		b.StopTimer()
+		if _, err := cli.ImageRemove(ctx, id, client.ImageRemoveOptions{Force: true}); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	b.Run("runbox", func(b *testing.B) {
+		for b.Loop() {
+			img, err := s.Snapshot(ctx, runbox.SnapshotOptions{})
+			if err != nil {
+				b.Fatal(err)
+			}
+			remove(img.ID)
+		}
+	})
+	b.Run("raw", func(b *testing.B) {
+		for b.Loop() {
+			res, err := cli.ContainerCommit(ctx, s.ID(), client.ContainerCommitOptions{NoPause: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			remove(res.ID)
+		}
+	})
+}
+
+// rawOpen creates and starts the same container Open would.
+func rawOpen(b *testing.B, cli *client.Client) string {
+	ctx := context.Background()
+	init := true
+	res, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Config:     &container.Config{Image: fixtureRef, Entrypoint: sleeper, Labels: runLabels()},
+		HostConfig: &container.HostConfig{NetworkMode: "none", Init: &init},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := cli.ContainerStart(ctx, res.ID, client.ContainerStartOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	return res.ID
+}
+
+func rawClose(b *testing.B, cli *client.Client, id string) {
+	if _, err := cli.ContainerRemove(context.Background(), id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// rawExec is the minimal correct exec: create, attach, EOF on stdin, drain,
+// then poll until the exec has finished.
+func rawExec(b *testing.B, cli *client.Client, id string, cmd []string) {
+	ctx := context.Background()
+	ex, err := cli.ExecCreate(ctx, id, client.ExecCreateOptions{Cmd: cmd, AttachStdin: true, AttachStdout: true, AttachStderr: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	att, err := cli.ExecAttach(ctx, ex.ID, client.ExecAttachOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	_ = att.CloseWrite()
+	if _, err := stdcopy.StdCopy(io.Discard, io.Discard, att.Reader); err != nil {
+		b.Fatal(err)
+	}
+	att.Close()
+	for {
+		st, err := cli.ExecInspect(ctx, ex.ID, client.ExecInspectOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if !st.Running {
+			return
+		}
+	}
+}
+

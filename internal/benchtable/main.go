@@ -1,0 +1,75 @@
+// Command benchtable reads `go test -bench` output on stdin and prints, for
+// every benchmark that has "runbox" and "raw" (or other baseline)
+// sub-benchmarks, a table with the ratio runbox/baseline of time per
+// operation. It passes the raw lines through to stderr.
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+)
+
+// line matches "BenchmarkName/variant-N  iters  123 ns/op [ 45.6 MB/s]".
+var line = regexp.MustCompile(`^Benchmark(\S+)/(\S+?)(-\d+)?\s+\d+\s+([\d.]+) ns/op(?:\s+([\d.]+) MB/s)?`)
+
+type row struct {
+	ns, mbs float64
+}
+
+func main() {
+	groups, order, err := parse(io.TeeReader(os.Stdin, os.Stderr))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "benchtable:", err)
+		os.Exit(1)
+	}
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "benchmark\tbaseline\trunbox\tbaseline\tratio runbox/baseline\t")
+	for _, name := range order {
+		g := groups[name]
+		rb, ok := g["runbox"]
+		if !ok {
+			continue
+		}
+		for variant, base := range g {
+			if variant == "runbox" {
+				continue
+			}
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%.3f\t\n", name, variant, format(rb), format(base), rb.ns/base.ns)
+		}
+	}
+	w.Flush()
+}
+
+func parse(r io.Reader) (map[string]map[string]row, []string, error) {
+	groups := map[string]map[string]row{}
+	var order []string
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		m := line.FindStringSubmatch(strings.TrimSpace(sc.Text()))
+		if m == nil {
+			continue
+		}
+		ns, _ := strconv.ParseFloat(m[4], 64)
+		mbs, _ := strconv.ParseFloat(m[5], 64)
+		if groups[m[1]] == nil {
+			groups[m[1]] = map[string]row{}
+			order = append(order, m[1])
+		}
+		groups[m[1]][m[2]] = row{ns, mbs}
+	}
+	return groups, order, sc.Err()
+}
+
+func format(r row) string {
+	s := fmt.Sprintf("%.2f ms/op", r.ns/1e6)
+	if r.mbs > 0 {
+		s += fmt.Sprintf(" (%.0f MB/s)", r.mbs)
+	}
+	return s
+}

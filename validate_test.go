@@ -1,0 +1,72 @@
+package runbox
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestCommandValidate(t *testing.T) {
+	ok := []Command{
+		{Args: []string{"true"}},
+		{Args: []string{"env"}, Env: []string{"A=", "B=c=d"}, CleanEnv: true},
+		ShellCommand("echo hi"),
+	}
+	for _, c := range ok {
+		assert.NoError(t, c.Validate(), c.Args)
+	}
+	bad := map[string]Command{
+		"nil args":      {},
+		"empty program": {Args: []string{""}},
+		"NUL arg":       {Args: []string{"a", "b\x00"}},
+		"NUL dir":       {Args: []string{"a"}, Dir: "/x\x00"},
+		"env no =":      {Args: []string{"a"}, Env: []string{"A"}},
+		"env empty key": {Args: []string{"a"}, Env: []string{"=A"}},
+		"env NUL":       {Args: []string{"a"}, Env: []string{"A=\x00"}},
+	}
+	for name, c := range bad {
+		err := c.Validate()
+		assert.ErrorIs(t, err, ErrInvalidCommand, name)
+	}
+}
+
+func TestSpecValidate(t *testing.T) {
+	dir := t.TempDir()
+	good := Spec{Image: "busybox", Mounts: []Mount{{Source: dir, Target: "/a"}, {Source: dir, Target: "/b", ReadOnly: true}}}
+	require.NoError(t, good.Validate())
+
+	bad := map[string]Spec{
+		"no image":          {},
+		"relative source":   {Image: "x", Mounts: []Mount{{Source: "rel", Target: "/a"}}},
+		"missing source":    {Image: "x", Mounts: []Mount{{Source: "/no/such/path/at/all", Target: "/a"}}},
+		"relative target":   {Image: "x", Mounts: []Mount{{Source: dir, Target: "a"}}},
+		"root target":       {Image: "x", Mounts: []Mount{{Source: dir, Target: "/"}}},
+		"duplicate targets": {Image: "x", Mounts: []Mount{{Source: dir, Target: "/a"}, {Source: dir, Target: "/a/."}}},
+		"negative memory":   {Image: "x", Resources: Resources{MemoryBytes: -1}},
+		"negative cpus":     {Image: "x", Resources: Resources{CPUs: -1}},
+		"negative pids":     {Image: "x", Resources: Resources{Pids: -1}},
+		"bad env":           {Image: "x", Env: []string{"X"}},
+		"empty process":     {Image: "x", Process: []string{}},
+		"empty label":       {Image: "x", Labels: map[string]string{"": "v"}},
+	}
+	for name, s := range bad {
+		assert.ErrorIs(t, s.Validate(), ErrInvalidSpec, name)
+	}
+}
+
+func TestProcessAccessIsImmutable(t *testing.T) {
+	paths := []string{"/b", "/a", "/a"}
+	a := NewProcessAccess(ProcessAccessScopedWrite, paths...)
+	paths[0] = "/changed"
+	got := a.WritePaths()
+	assert.Equal(t, []string{"/a", "/b"}, got)
+	got[0] = "/changed"
+	assert.Equal(t, []string{"/a", "/b"}, a.WritePaths())
+	assert.Empty(t, NewProcessAccess(ProcessAccessBroadWrite, "/x").WritePaths())
+}
+
+func TestErrUnsupportedMatchesStdlib(t *testing.T) {
+	assert.True(t, errors.Is(ErrUnsupported, errors.ErrUnsupported))
+}
