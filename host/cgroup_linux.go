@@ -1,0 +1,236 @@
+package host
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// cgroup is a per-process cgroup v2 directory. Killing it with cgroup.kill
+// reaches every process in it, whatever sessions or groups they created,
+// and the kernel reports when it is empty.
+type cgroup struct {
+	dir string
+	fd  int // directory fd for clone3; -1 once closed
+}
+
+// probeCgroupRoot finds the caller's own cgroup in a cgroup v2 hierarchy
+// and checks that a child cgroup with cgroup.kill (Linux 5.14+) can be
+// created there. It returns "" when that is not possible.
+func probeCgroupRoot() string {
+	self, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return ""
+	}
+	mountinfo, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return ""
+	}
+	root := cgroupDir(string(self), string(mountinfo))
+	if root == "" {
+		return ""
+	}
+	probe := filepath.Join(root, fmt.Sprintf("runbox-host-probe-%d-%d", os.Getpid(), time.Now().UnixNano()))
+	if err := os.Mkdir(probe, 0o755); err != nil {
+		return ""
+	}
+	defer os.Remove(probe)
+	if _, err := os.Stat(filepath.Join(probe, "cgroup.kill")); err != nil {
+		return ""
+	}
+	return root
+}
+
+// cgroupDir maps the unified-hierarchy entry of /proc/self/cgroup ("0::"
+// path) to a directory through a cgroup2 mount in mountinfo. It handles
+// hybrid hosts, where cgroup2 is mounted beside v1 controllers (for example
+// at /sys/fs/cgroup/unified), and mounts whose root is not the hierarchy's
+// root.
+func cgroupDir(self, mountinfo string) string {
+	var rel string
+	found := false
+	for _, line := range strings.Split(self, "\n") {
+		if p, ok := strings.CutPrefix(line, "0::"); ok {
+			rel, found = p, true
+			break
+		}
+	}
+	if !found || !strings.HasPrefix(rel, "/") {
+		return ""
+	}
+	sc := bufio.NewScanner(strings.NewReader(mountinfo))
+	for sc.Scan() {
+		pre, post, ok := strings.Cut(sc.Text(), " - ")
+		if !ok {
+			continue
+		}
+		if fstype, _, _ := strings.Cut(post, " "); fstype != "cgroup2" {
+			continue
+		}
+		f := strings.Fields(pre)
+		if len(f) < 5 {
+			continue
+		}
+		mroot, mpoint := unescapeMount(f[3]), unescapeMount(f[4])
+		var sub string
+		switch {
+		case mroot == "/":
+			sub = rel
+		case rel == mroot:
+			sub = "/"
+		case strings.HasPrefix(rel, mroot+"/"):
+			sub = strings.TrimPrefix(rel, mroot)
+		default:
+			continue
+		}
+		dir := filepath.Join(mpoint, sub)
+		if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
+			return dir
+		}
+	}
+	return ""
+}
+
+// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// createCgroup makes a fresh child of root and opens it for clone3.
+func createCgroup(root string, seq uint64) (*cgroup, error) {
+	var dir string
+	for attempt := 0; ; attempt++ {
+		dir = filepath.Join(root, fmt.Sprintf("runbox-host-%d-%d-%d", os.Getpid(), seq, attempt))
+		err := os.Mkdir(dir, 0o755)
+		if err == nil {
+			break
+		}
+		// A leftover from an earlier process with our pid: pick another name.
+		if !errors.Is(err, os.ErrExist) || attempt >= 8 {
+			return nil, err
+		}
+	}
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		os.Remove(dir)
+		return nil, err
+	}
+	return &cgroup{dir: dir, fd: fd}, nil
+}
+
+func (c *cgroup) closeFD() {
+	if c.fd >= 0 {
+		unix.Close(c.fd)
+		c.fd = -1
+	}
+}
+
+// populated reads cgroup.events. A zombie does not count: the kernel
+// removes a task from its cgroup when it exits, before it is reaped.
+func (c *cgroup) populated() (bool, error) {
+	b, err := os.ReadFile(filepath.Join(c.dir, "cgroup.events"))
+	if err != nil {
+		return false, err
+	}
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		if v, ok := bytes.CutPrefix(line, []byte("populated ")); ok {
+			return string(bytes.TrimSpace(v)) != "0", nil
+		}
+	}
+	return false, fmt.Errorf("no populated field in %s/cgroup.events", c.dir)
+}
+
+// kill sends SIGKILL to every process in the cgroup and its descendants,
+// atomically with respect to forks.
+func (c *cgroup) kill() error {
+	if err := os.WriteFile(filepath.Join(c.dir, "cgroup.kill"), []byte("1"), 0); err != nil {
+		return fmt.Errorf("host: cgroup.kill: %w", err)
+	}
+	return nil
+}
+
+// signalAll sends sig to each current member. Unlike cgroup.kill it races
+// with forks, which is acceptable for a polite signal that Terminate
+// follows with a kill.
+func (c *cgroup) signalAll(sig syscall.Signal) error {
+	b, err := os.ReadFile(filepath.Join(c.dir, "cgroup.procs"))
+	if err != nil {
+		return fmt.Errorf("host: cgroup.procs: %w", err)
+	}
+	for _, f := range strings.Fields(string(b)) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			_ = unix.Kill(pid, sig)
+		}
+	}
+	return nil
+}
+
+// drain kills whatever is still in the cgroup and waits until it is empty.
+func (c *cgroup) drain() error {
+	pop, err := c.populated()
+	if err != nil {
+		return err
+	}
+	if !pop {
+		return nil
+	}
+	if err := c.kill(); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(cleanupTimeout)
+	for delay := 50 * time.Microsecond; ; delay = min(2*delay, 10*time.Millisecond) {
+		pop, err := c.populated()
+		if err != nil {
+			return err
+		}
+		if !pop {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("host: cgroup %s still populated %v after cgroup.kill", c.dir, cleanupTimeout)
+		}
+		time.Sleep(delay)
+	}
+}
+
+// remove deletes the (empty) cgroup. EBUSY right after the last exit can be
+// transient, so it is retried briefly; a cgroup that stays busy (a process
+// or a child cgroup appeared in it) is a cleanup failure and is left in
+// place.
+func (c *cgroup) remove() error {
+	c.closeFD()
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		if err = unix.Rmdir(c.dir); err == nil || errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		if !errors.Is(err, unix.EBUSY) {
+			break
+		}
+		time.Sleep(time.Duration(attempt+1) * time.Millisecond)
+	}
+	return fmt.Errorf("host: remove cgroup %s: %w", c.dir, err)
+}

@@ -1,0 +1,411 @@
+// Package host runs commands on the controlling machine with the full
+// process lifecycle: argument vectors without a shell, explicit shell
+// commands, output limits, streaming processes with pipes or a
+// pseudo-terminal, signals, and teardown of the whole process tree.
+//
+// The host backend implements [runbox.Process] only. It has no images,
+// sessions or snapshots, and it confines nothing: a host process runs with
+// the caller's full authority (user, files, network). What it does
+// guarantee is an honest lifecycle: every process it starts is waited for,
+// its descendants are torn down when it ends, and
+// [Process.LifetimeContainment] reports how strong that teardown really
+// was.
+//
+// The API follows os/exec: [Executor.PrepareProcess] corresponds to
+// building an exec.Cmd, [PreparedProcess.Start] to Cmd.Start and
+// [Process.Wait] to Cmd.Wait, with the differences documented on each
+// method. See docs/host.md for the full contract and the per-platform
+// table of what is enforced.
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/runbox-dev/runbox"
+)
+
+// ErrSignaled reports, for the output-collecting helpers ([Executor.RunArgv]
+// and friends), that the process was ended by a signal runbox did not send.
+// [Executor.Run] and [Process.Wait] report such an ending as a
+// [runbox.Result] with Signal set instead.
+var ErrSignaled = errors.New("host: process ended by a signal")
+
+// Default durations; see [WithGracePeriod] and [WithWaitDelay].
+const (
+	DefaultGracePeriod = 2 * time.Second
+	DefaultWaitDelay   = time.Second
+	// cleanupTimeout bounds how long teardown waits for a killed tree to
+	// disappear before it reports runbox.ErrCleanup.
+	cleanupTimeout = 10 * time.Second
+)
+
+// Option configures an [Executor].
+type Option func(*config) error
+
+type config struct {
+	inheritEnv bool
+	grace      time.Duration
+	waitDelay  time.Duration
+	noCgroup   bool
+}
+
+// WithInheritEnv makes children inherit the caller's whole environment
+// instead of the small base environment (see docs/host.md). Command.Env
+// and ProcessOptions.Env are still applied on top.
+func WithInheritEnv() Option {
+	return func(c *config) error { c.inheritEnv = true; return nil }
+}
+
+// WithGracePeriod sets how long [runbox.ProcessSignalTerminate] waits after
+// SIGTERM before it kills the process tree. It must be positive; the
+// default is [DefaultGracePeriod].
+func WithGracePeriod(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("host: grace period must be positive, got %v", d)
+		}
+		c.grace = d
+		return nil
+	}
+}
+
+// WithWaitDelay bounds how long Run and the output helpers keep reading a
+// process's output and input after its tree has been torn down, like
+// exec.Cmd.WaitDelay. It only matters when a descendant escaped teardown
+// (best-effort containment) and still holds the pipes. It must be
+// positive; the default is [DefaultWaitDelay].
+func WithWaitDelay(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("host: wait delay must be positive, got %v", d)
+		}
+		c.waitDelay = d
+		return nil
+	}
+}
+
+// WithoutCgroup disables the per-process cgroup on Linux, leaving only
+// process-group teardown ([runbox.LifetimeContainmentBestEffort]). Use it
+// when the caller manages cgroups itself.
+func WithoutCgroup() Option {
+	return func(c *config) error { c.noCgroup = true; return nil }
+}
+
+// Executor runs host commands. It is safe for concurrent use; each call
+// starts an independent process.
+type Executor struct {
+	cfg config
+	// cgroupRoot is the writable cgroup v2 directory under which per-process
+	// cgroups are created; "" when none is usable.
+	cgroupRoot string
+	// cgroupBroken is set when the kernel refused to spawn into a cgroup
+	// although the probe succeeded, so later spawns skip the attempt.
+	cgroupBroken atomic.Bool
+	seq          atomic.Uint64
+}
+
+var _ runbox.Process = (*Executor)(nil)
+
+// New returns an Executor. On Linux it probes once for a writable cgroup v2
+// hierarchy; when none is found, processes still run, with best-effort
+// containment.
+func New(opts ...Option) (*Executor, error) {
+	e := &Executor{cfg: config{grace: DefaultGracePeriod, waitDelay: DefaultWaitDelay}}
+	for _, o := range opts {
+		if err := o(&e.cfg); err != nil {
+			return nil, err
+		}
+	}
+	if !e.cfg.noCgroup {
+		e.cgroupRoot = probeCgroupRoot()
+	}
+	return e, nil
+}
+
+// Containment reports the strongest containment this executor will attempt
+// for new processes. The level actually achieved by each process is
+// reported by [Process.LifetimeContainment].
+func (e *Executor) Containment() runbox.LifetimeContainment {
+	return e.plannedContainment()
+}
+
+// Run implements [runbox.Process]. It starts cmd in its own process group
+// (and, on Linux when available, its own cgroup), waits for it, and tears
+// down any descendants it left behind.
+//
+// A process that exits yields its Result, whatever the code. A process
+// ended by a signal runbox did not send yields Result{ExitCode: 128+N,
+// Signal: "SIGxxx"} and no error. When ctx ends first, the tree is killed
+// and Run returns an error wrapping [runbox.ErrCancelled] and ctx.Err().
+// Other failures wrap [runbox.ErrStart] or [runbox.ErrCleanup]; with an
+// error the Result's ExitCode is -1.
+//
+// Streams writers that are *os.File receive the process's output directly;
+// other writers are fed by one copying goroutine per distinct writer, and
+// all writes are serialized. A writer that returns an error stops
+// receiving output (the rest is discarded so the process is not blocked)
+// and Run returns that error. Run never closes the writers and does not
+// use them after it returns. A non-nil cmd.Stdin that is not an *os.File
+// is copied by a goroutine; Run stops waiting for it once the process has
+// ended and the wait delay has passed.
+func (e *Executor) Run(ctx context.Context, cmd runbox.Command, streams runbox.Streams) (runbox.Result, error) {
+	failed := runbox.Result{ExitCode: -1}
+	if err := cmd.Validate(); err != nil {
+		return failed, err
+	}
+	if err := ctx.Err(); err != nil {
+		return failed, cancelled(err)
+	}
+	spec, err := e.compile(cmd.Dir, cmd.Args, "", cmd.Env, cmd.CleanEnv, false)
+	if err != nil {
+		return failed, err
+	}
+	out := newStreamWriters(streams)
+	in, err := newStdinCopier(cmd.Stdin)
+	if err != nil {
+		return failed, fmt.Errorf("%w: stdin pipe: %w", runbox.ErrStart, err)
+	}
+	build := func() *exec.Cmd {
+		c := spec.cmd(e.cfg.waitDelay)
+		c.Stdin = in.childSide()
+		c.Stdout, c.Stderr = out.stdout, out.stderr
+		return c
+	}
+	p, err := e.spawn(spec, build, false)
+	if err != nil {
+		in.abort()
+		return failed, err
+	}
+	in.start()
+	waitErr := e.await(ctx, p, nil)
+	in.finish(e.cfg.waitDelay)
+	res, err := p.outcome()
+	switch {
+	case waitErr != nil:
+		return failed, joinCleanup(waitErr, p)
+	case err != nil:
+		return failed, err
+	}
+	if werr := out.err(); werr != nil {
+		return failed, werr
+	}
+	return res, nil
+}
+
+// RunArgv runs argv literally (no shell is inserted, so metacharacters
+// reach the program unchanged) in dir ("" for the current directory) and
+// returns its combined stdout and stderr.
+//
+// A process that exits yields (output, code, nil) whatever the code.
+// Anything else returns code -1, the output collected so far, and an error:
+// [runbox.ErrStart] when it could not be started, [runbox.ErrCancelled]
+// together with ctx.Err() when ctx ended first, [ErrSignaled] when a signal
+// runbox did not send ended it, [runbox.ErrCleanup] when teardown failed.
+func (e *Executor) RunArgv(ctx context.Context, dir string, argv []string) ([]byte, int, error) {
+	return e.runArgv(ctx, dir, argv, 0)
+}
+
+// RunCommand runs command with the platform's command interpreter: /bin/sh
+// -c on Unix, and on Windows cmd.exe from the system directory (never
+// found through PATH). Results are as for [Executor.RunArgv].
+func (e *Executor) RunCommand(ctx context.Context, dir, command string) ([]byte, int, error) {
+	if strings.IndexByte(dir, 0) >= 0 {
+		return nil, -1, fmt.Errorf("%w: directory contains a NUL byte", runbox.ErrInvalidCommand)
+	}
+	spec, err := e.compileShell(dir, command, nil, false, false)
+	if err != nil {
+		return nil, -1, err
+	}
+	return e.runCombined(ctx, spec, 0)
+}
+
+// RunArgvLimited is [Executor.RunArgv] with a bound on the combined output.
+// limit must be positive. Once the output passes limit bytes, the process
+// tree is killed, exactly limit bytes are returned with code -1, and the
+// error wraps [runbox.ErrOutputLimit]. Memory use is bounded by limit plus
+// one copy buffer, however much the process writes.
+func (e *Executor) RunArgvLimited(ctx context.Context, dir string, argv []string, limit int) ([]byte, int, error) {
+	if limit <= 0 {
+		return nil, -1, fmt.Errorf("%w: output limit must be positive, got %d", runbox.ErrInvalidCommand, limit)
+	}
+	return e.runArgv(ctx, dir, argv, limit)
+}
+
+func (e *Executor) runArgv(ctx context.Context, dir string, argv []string, limit int) ([]byte, int, error) {
+	if err := (runbox.Command{Args: argv, Dir: dir}).Validate(); err != nil {
+		return nil, -1, err
+	}
+	spec, err := e.compile(dir, argv, "", nil, false, false)
+	if err != nil {
+		return nil, -1, err
+	}
+	return e.runCombined(ctx, spec, limit)
+}
+
+// runCombined runs spec with stdout and stderr collected into one buffer,
+// bounded by limit when it is positive.
+func (e *Executor) runCombined(ctx context.Context, spec *launchSpec, limit int) ([]byte, int, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, -1, cancelled(err)
+	}
+	sink := newCapture(limit)
+	build := func() *exec.Cmd {
+		c := spec.cmd(e.cfg.waitDelay)
+		// One writer for both streams: os/exec then uses a single pipe, which
+		// keeps the interleaving the process produced.
+		c.Stdout, c.Stderr = sink, sink
+		return c
+	}
+	p, err := e.spawn(spec, build, false)
+	if err != nil {
+		return nil, -1, err
+	}
+	waitErr := e.await(ctx, p, sink.overflow)
+	out := sink.bytes()
+	res, err := p.outcome()
+	switch {
+	case waitErr != nil:
+		return out, -1, joinCleanup(waitErr, p)
+	case sink.exceeded():
+		return out, -1, joinCleanup(fmt.Errorf("%w: more than %d bytes of output", runbox.ErrOutputLimit, limit), p)
+	case err != nil:
+		return out, -1, err
+	case res.Signal != "":
+		return out, -1, fmt.Errorf("%w: %s", ErrSignaled, res.Signal)
+	}
+	return out, res.ExitCode, nil
+}
+
+// await waits for p to finish. When ctx ends first it kills the tree,
+// waits for the supervisor, and returns the cancellation error. A receive
+// on overflow kills the tree too but keeps waiting.
+func (e *Executor) await(ctx context.Context, p *proc, overflow <-chan struct{}) error {
+	for {
+		select {
+		case <-p.done:
+			return nil
+		case <-overflow:
+			p.kill()
+			overflow = nil
+		case <-ctx.Done():
+			select {
+			case <-p.done:
+				// It finished before we noticed: report what happened.
+				return nil
+			default:
+			}
+			p.kill()
+			<-p.done
+			return cancelled(ctx.Err())
+		}
+	}
+}
+
+// cancelled wraps a context error so that it matches both
+// runbox.ErrCancelled and the context's own error.
+func cancelled(ctxErr error) error {
+	return fmt.Errorf("%w: %w", runbox.ErrCancelled, ctxErr)
+}
+
+// joinCleanup adds p's teardown failure, if any, to err so that both can be
+// matched with errors.Is.
+func joinCleanup(err error, p *proc) error {
+	if p.cleanupErr != nil {
+		return errors.Join(err, p.cleanupErr)
+	}
+	return err
+}
+
+// stdinCopier feeds a Command.Stdin reader that is not a file to the child
+// through a pipe.
+type stdinCopier struct {
+	r      io.Reader
+	file   *os.File // the reader itself when it is a file
+	pr, pw *os.File
+	done   chan struct{}
+	once   sync.Once
+}
+
+func newStdinCopier(r io.Reader) (*stdinCopier, error) {
+	s := &stdinCopier{r: r}
+	if r == nil {
+		return s, nil
+	}
+	if f, ok := r.(*os.File); ok {
+		s.file = f
+		return s, nil
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	s.pr, s.pw = pr, pw
+	return s, nil
+}
+
+// childSide returns what the child's stdin should be: nil (the null
+// device), the caller's file, or the read end of our pipe.
+func (s *stdinCopier) childSide() io.Reader {
+	switch {
+	case s.file != nil:
+		return s.file
+	case s.pr != nil:
+		return s.pr
+	}
+	return nil
+}
+
+func (s *stdinCopier) abort() {
+	if s.pr != nil {
+		s.pr.Close()
+		s.pw.Close()
+	}
+}
+
+func (s *stdinCopier) start() {
+	if s.pr == nil {
+		return
+	}
+	// The child holds its own copy of the read end now.
+	s.pr.Close()
+	s.done = make(chan struct{})
+	go func() {
+		defer close(s.done)
+		// Errors are expected when the child stops reading (EPIPE) or when
+		// finish closes the pipe; neither concerns the caller.
+		_, _ = io.Copy(s.pw, s.r)
+		s.closePipe()
+	}()
+}
+
+func (s *stdinCopier) closePipe() { s.once.Do(func() { s.pw.Close() }) }
+
+// finish runs after the process tree is gone: it closes the pipe so a
+// pending write fails, and waits at most delay for a Read that may never
+// return.
+func (s *stdinCopier) finish(delay time.Duration) {
+	if s.done == nil {
+		return
+	}
+	s.closePipe()
+	select {
+	case <-s.done:
+		return
+	default:
+	}
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	select {
+	case <-s.done:
+	case <-t.C:
+	}
+}

@@ -1,0 +1,74 @@
+package host
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+// helperEnv selects a helper mode when the test binary re-executes itself.
+const helperEnv = "RUNBOX_HOST_TEST_HELPER"
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(helperEnv); mode != "" {
+		os.Exit(runHelper(mode))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// runHelper is the body of a re-executed test binary.
+//
+// "parent-death": start `sleep 1000` as a host Process, print its pid and
+// block; the test then kills this helper to check that the child does not
+// outlive its parent.
+func runHelper(mode string) int {
+	switch mode {
+	case "parent-death":
+		e, err := New()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		pp, err := e.PrepareProcess(context.Background(), ProcessOptions{Argv: []string{"sleep", "1000"}})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		p, err := pp.Start(context.Background())
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		fmt.Printf("%d %s\n", p.PID(), p.LifetimeContainment())
+		// Block until the test kills us.
+		bufio.NewReader(os.Stdin).ReadString('\n')
+		return 0
+	}
+	fmt.Fprintln(os.Stderr, "unknown helper mode", mode)
+	return 2
+}
+
+// newExecutor returns an Executor with a short grace period so that tests
+// that exercise escalation do not idle.
+func newExecutor(t testing.TB, opts ...Option) *Executor {
+	t.Helper()
+	e, err := New(opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// testCtx bounds a test's calls: a hang fails the test instead of the
+// whole run. It is never used to assert how long something took.
+func testCtx(t testing.TB) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx
+}

@@ -1,0 +1,242 @@
+//go:build unix
+
+package host
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+
+	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
+
+	"github.com/runbox-dev/runbox"
+)
+
+// ttySupported reports whether PrepareProcess accepts TTY.
+const ttySupported = true
+
+// defaultPath is the child's PATH when the caller has none, and the search
+// path when a child environment has no PATH (as execvp does).
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// baseEnvKeys are the variables a child receives from the caller by
+// default.
+var baseEnvKeys = []string{"PATH", "HOME", "TMPDIR", "LANG", "USER"}
+
+// envFallback supplies a base variable the caller does not have.
+func envFallback(key string) string {
+	switch key {
+	case "PATH":
+		return defaultPath
+	case "HOME":
+		if u := currentUser(); u != nil && u.HomeDir != "" {
+			return u.HomeDir
+		}
+		return "/"
+	case "TMPDIR":
+		return "/tmp"
+	case "LANG":
+		if runtime.GOOS == "darwin" {
+			return "en_US.UTF-8"
+		}
+		return "C.UTF-8"
+	case "USER":
+		if u := currentUser(); u != nil {
+			return u.Username
+		}
+	case "TERM":
+		return "xterm"
+	}
+	return ""
+}
+
+// envKey normalizes an environment key for comparison; Unix keys are case
+// sensitive.
+func envKey(k string) string { return k }
+
+// shellArgv runs command with /bin/sh -c.
+func shellArgv(command string) ([]string, string, error) {
+	return []string{"/bin/sh", "-c", command}, "", nil
+}
+
+// lookPath resolves file like execvp, but in the child's PATH (pathEnv)
+// rather than the caller's. A name containing a slash is taken relative to
+// dir. Relative PATH entries are skipped: what they name would depend on
+// the working directory, the hazard exec.ErrDot guards against.
+func lookPath(file, dir, pathEnv string) (string, error) {
+	if strings.Contains(file, "/") {
+		p := file
+		if !filepath.IsAbs(p) {
+			base := dir
+			if base == "" {
+				wd, err := os.Getwd()
+				if err != nil {
+					return "", err
+				}
+				base = wd
+			}
+			p = filepath.Join(base, p)
+		}
+		if err := executable(p); err != nil {
+			return "", &exec.Error{Name: file, Err: err}
+		}
+		return p, nil
+	}
+	if pathEnv == "" {
+		pathEnv = defaultPath
+	}
+	for _, d := range filepath.SplitList(pathEnv) {
+		if !filepath.IsAbs(d) {
+			continue
+		}
+		if p := filepath.Join(d, file); executable(p) == nil {
+			return p, nil
+		}
+	}
+	return "", &exec.Error{Name: file, Err: exec.ErrNotFound}
+}
+
+// executable reports whether p is a file with an execute bit; the kernel
+// makes the final decision at exec.
+func executable(p string) error {
+	fi, err := os.Stat(p)
+	if err != nil {
+		return err
+	}
+	if fi.IsDir() {
+		return syscall.EISDIR
+	}
+	if fi.Mode()&0o111 == 0 {
+		return fs.ErrPermission
+	}
+	return nil
+}
+
+// unixSignal maps a portable signal to the Unix one.
+func unixSignal(sig runbox.ProcessSignal) (syscall.Signal, error) {
+	switch sig {
+	case runbox.ProcessSignalInterrupt:
+		return unix.SIGINT, nil
+	case runbox.ProcessSignalTerminate:
+		return unix.SIGTERM, nil
+	case runbox.ProcessSignalKill:
+		return unix.SIGKILL, nil
+	}
+	return 0, fmt.Errorf("%w: %v", runbox.ErrProcessSignalUnsupported, sig)
+}
+
+// killGroup signals the process group led by pid. A group that no longer
+// exists has nothing left to signal.
+func killGroup(pid int, sig syscall.Signal) error {
+	if err := unix.Kill(-pid, sig); err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("host: signal %v to process group %d: %w", sig, pid, err)
+	}
+	return nil
+}
+
+// exitResult converts a wait status. A signal death is reported the way
+// shells do, 128+N, with the signal's name.
+func exitResult(state *os.ProcessState) runbox.Result {
+	ws, ok := state.Sys().(syscall.WaitStatus)
+	if ok && ws.Signaled() {
+		sig := ws.Signal()
+		name := unix.SignalName(sig)
+		if name == "" {
+			name = fmt.Sprintf("signal %d", int(sig))
+		}
+		return runbox.Result{ExitCode: 128 + int(sig), Signal: name}
+	}
+	return runbox.Result{ExitCode: state.ExitCode()}
+}
+
+// sysProcAttr puts the child in a new session, which also makes it the
+// leader of a new process group, so that the tree can be signalled as a
+// group. With a terminal, the slave (the child's fd 0) becomes the
+// session's controlling terminal; exactly what pty.Start would set, done
+// here once because we call cmd.Start ourselves.
+func sysProcAttr(tty bool) *syscall.SysProcAttr {
+	a := &syscall.SysProcAttr{Setsid: true}
+	if tty {
+		a.Setctty = true
+		a.Ctty = 0
+	}
+	return a
+}
+
+// startPTY spawns spec with a new pseudo-terminal as stdin, stdout and
+// stderr.
+func (e *Executor) startPTY(spec *launchSpec, size TTYSize) (*Process, error) {
+	master, slave, err := pty.Open()
+	if err != nil {
+		return nil, fmt.Errorf("%w: pseudo-terminal: %w", runbox.ErrStart, err)
+	}
+	master, err = pollableMaster(master)
+	if err != nil {
+		slave.Close()
+		return nil, fmt.Errorf("%w: pseudo-terminal: %w", runbox.ErrStart, err)
+	}
+	if err := resizePTY(master, size); err != nil {
+		closeFiles(master, slave)
+		return nil, fmt.Errorf("%w: pseudo-terminal size: %w", runbox.ErrStart, err)
+	}
+	build := func() *exec.Cmd {
+		c := spec.cmd(e.cfg.waitDelay)
+		c.Stdin, c.Stdout, c.Stderr = slave, slave, slave
+		return c
+	}
+	p, err := e.spawn(spec, build, true)
+	// Only the child may hold the slave: the master reads EOF (EIO) once the
+	// last process using the terminal is gone.
+	slave.Close()
+	if err != nil {
+		master.Close()
+		return nil, err
+	}
+	return &Process{
+		p:      p,
+		mode:   runbox.ProcessStreamModePTY,
+		stdin:  &stdinWriter{f: master, tty: true},
+		stdout: ptyReader{master},
+		stderr: eofReader{},
+		master: master,
+		files:  []*os.File{master},
+	}, nil
+}
+
+// resizePTY sets the terminal size through the master. It goes through
+// SyscallConn rather than pty.Setsize, whose Fd call would switch the
+// master back to blocking mode.
+func resizePTY(master *os.File, size TTYSize) error {
+	rc, err := master.SyscallConn()
+	if err != nil {
+		return err
+	}
+	ws := &unix.Winsize{Row: size.Rows, Col: size.Cols}
+	var ioErr error
+	if err := rc.Control(func(fd uintptr) {
+		ioErr = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, ws)
+	}); err != nil {
+		return err
+	}
+	return ioErr
+}
+
+// ptyReader reads the master side. Linux reports a terminal whose every
+// slave descriptor is closed with EIO; that is end-of-file here.
+type ptyReader struct{ f *os.File }
+
+func (r ptyReader) Read(b []byte) (int, error) {
+	n, err := r.f.Read(b)
+	if err != nil && errors.Is(err, syscall.EIO) {
+		err = io.EOF
+	}
+	return n, err
+}

@@ -1,0 +1,215 @@
+package host
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/windows"
+
+	"github.com/runbox-dev/runbox"
+)
+
+// ttySupported: Windows has no pseudo-terminal here (ConPTY is not wired
+// in), and pipes must not pretend to be one.
+const ttySupported = false
+
+// baseEnvKeys are the variables a child receives from the caller by
+// default. Windows programs need more of them than Unix ones to work at
+// all (SYSTEMROOT, PATHEXT, the profile directories).
+var baseEnvKeys = []string{
+	"PATH", "PATHEXT", "SYSTEMROOT", "SYSTEMDRIVE", "WINDIR", "COMSPEC",
+	"TEMP", "TMP", "USERPROFILE", "USERNAME", "HOMEDRIVE", "HOMEPATH",
+	"APPDATA", "LOCALAPPDATA", "PROGRAMDATA",
+}
+
+// envFallback: Windows variables have no portable defaults; os/exec adds
+// SYSTEMROOT itself when it is missing.
+func envFallback(string) string { return "" }
+
+// envKey normalizes an environment key; Windows keys are case-insensitive.
+func envKey(k string) string { return strings.ToUpper(k) }
+
+// shellArgv runs command with cmd.exe from the system directory.
+func shellArgv(command string) ([]string, string, error) {
+	sys, err := windows.GetSystemDirectory()
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: system directory: %w", runbox.ErrStart, err)
+	}
+	_, args, cmdLine, err := windowsShell(sys, command)
+	return args, cmdLine, err
+}
+
+// lookPath resolves file in the child's PATH (pathEnv), trying the
+// caller's PATHEXT extensions. A name with a directory part is taken
+// relative to dir. Relative PATH entries are skipped.
+func lookPath(file, dir, pathEnv string) (string, error) {
+	exts := []string{""}
+	if filepath.Ext(file) == "" {
+		pe := os.Getenv("PATHEXT")
+		if pe == "" {
+			pe = ".COM;.EXE;.BAT;.CMD"
+		}
+		exts = nil
+		for _, e := range strings.Split(strings.ToLower(pe), ";") {
+			if e != "" {
+				exts = append(exts, e)
+			}
+		}
+	}
+	find := func(base string) (string, bool) {
+		for _, e := range exts {
+			if fi, err := os.Stat(base + e); err == nil && fi.Mode().IsRegular() {
+				return base + e, true
+			}
+		}
+		return "", false
+	}
+	if strings.ContainsAny(file, `\/:`) {
+		p := file
+		if !filepath.IsAbs(p) && dir != "" {
+			p = filepath.Join(dir, p)
+		}
+		if r, ok := find(p); ok {
+			return r, nil
+		}
+		return "", &exec.Error{Name: file, Err: exec.ErrNotFound}
+	}
+	for _, d := range filepath.SplitList(pathEnv) {
+		if !filepath.IsAbs(d) {
+			continue
+		}
+		if r, ok := find(filepath.Join(d, file)); ok {
+			return r, nil
+		}
+	}
+	return "", &exec.Error{Name: file, Err: exec.ErrNotFound}
+}
+
+// treeSys is the Windows handle on a process tree: a job object that the
+// process is assigned to right after it starts. Children it creates before
+// the assignment are outside the job, so containment is best-effort.
+type treeSys struct {
+	job windows.Handle // 0 when no job could be set up
+}
+
+func (e *Executor) startTree(spec *launchSpec, build func() *exec.Cmd, tty bool) (*exec.Cmd, *treeSys, error) {
+	if tty {
+		return nil, nil, runbox.ErrProcessTTYUnsupported
+	}
+	cmd := build()
+	// A new process group keeps the caller's console Ctrl-C away from it,
+	// as a new session does on Unix.
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		CmdLine:       spec.cmdLine,
+		CreationFlags: windows.CREATE_NEW_PROCESS_GROUP,
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, err
+	}
+	return cmd, &treeSys{job: assignJob(cmd.Process.Pid)}, nil
+}
+
+// assignJob puts pid in a new job object that kills its members when the
+// job is terminated or its last handle closes. It returns 0 on failure.
+func assignJob(pid int) windows.Handle {
+	job, err := windows.CreateJobObject(nil, nil)
+	if err != nil {
+		return 0
+	}
+	info := windows.JOBOBJECT_EXTENDED_LIMIT_INFORMATION{}
+	info.BasicLimitInformation.LimitFlags = windows.JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE
+	if _, err := windows.SetInformationJobObject(job, windows.JobObjectExtendedLimitInformation,
+		uintptr(unsafe.Pointer(&info)), uint32(unsafe.Sizeof(info))); err != nil {
+		windows.CloseHandle(job)
+		return 0
+	}
+	h, err := windows.OpenProcess(windows.PROCESS_SET_QUOTA|windows.PROCESS_TERMINATE, false, uint32(pid))
+	if err != nil {
+		windows.CloseHandle(job)
+		return 0
+	}
+	defer windows.CloseHandle(h)
+	if err := windows.AssignProcessToJobObject(job, h); err != nil {
+		windows.CloseHandle(job)
+		return 0
+	}
+	return job
+}
+
+// awaitExit waits on a handle of its own; Windows has no reaping, and the
+// os.Process handle keeps the pid from being reused until Wait.
+func (s *treeSys) awaitExit(p *os.Process) bool {
+	h, err := windows.OpenProcess(windows.SYNCHRONIZE, false, uint32(p.Pid))
+	if err != nil {
+		return false
+	}
+	defer windows.CloseHandle(h)
+	_, err = windows.WaitForSingleObject(h, windows.INFINITE)
+	return err == nil
+}
+
+// signal supports Kill only: Windows has no SIGINT or SIGTERM to send to a
+// process that does not share the caller's console.
+func (s *treeSys) signal(p *os.Process, sig runbox.ProcessSignal) error {
+	if sig != runbox.ProcessSignalKill {
+		return fmt.Errorf("%w: %v on windows", runbox.ErrProcessSignalUnsupported, sig)
+	}
+	var jobErr error
+	if s.job != 0 {
+		jobErr = windows.TerminateJobObject(s.job, 1)
+	}
+	if err := p.Kill(); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		return errors.Join(jobErr, err)
+	}
+	return jobErr
+}
+
+func (s *treeSys) teardown(*os.Process) error {
+	if s.job == 0 {
+		return nil
+	}
+	if err := windows.TerminateJobObject(s.job, 1); err != nil {
+		return fmt.Errorf("host: terminate job: %w", err)
+	}
+	return nil
+}
+
+func (s *treeSys) release() error {
+	if s.job == 0 {
+		return nil
+	}
+	err := windows.CloseHandle(s.job)
+	s.job = 0
+	return err
+}
+
+func (s *treeSys) containment() runbox.LifetimeContainment {
+	if s.job != 0 {
+		return runbox.LifetimeContainmentBestEffort
+	}
+	return runbox.LifetimeContainmentUnspecified
+}
+
+func (e *Executor) plannedContainment() runbox.LifetimeContainment {
+	return runbox.LifetimeContainmentBestEffort
+}
+
+// probeCgroupRoot: Windows has no cgroups.
+func probeCgroupRoot() string { return "" }
+
+// exitResult converts an exit status; Windows processes have no signals.
+func exitResult(state *os.ProcessState) runbox.Result {
+	return runbox.Result{ExitCode: state.ExitCode()}
+}
+
+func (e *Executor) startPTY(*launchSpec, TTYSize) (*Process, error) {
+	return nil, runbox.ErrProcessTTYUnsupported
+}
+
+func resizePTY(*os.File, TTYSize) error { return runbox.ErrProcessTTYUnsupported }

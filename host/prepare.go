@@ -1,0 +1,174 @@
+package host
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/runbox-dev/runbox"
+)
+
+// ErrPreparedProcessUsed reports a Start on a [PreparedProcess] that was
+// already started or closed: a prepared process is single-use.
+var ErrPreparedProcessUsed = errors.New("host: prepared process already started or closed")
+
+// TTYSize is a terminal's size in character cells.
+type TTYSize struct {
+	Rows, Cols uint16
+}
+
+// DefaultTTYSize is the terminal size used when ProcessOptions.TTYSize is
+// zero.
+var DefaultTTYSize = TTYSize{Rows: 24, Cols: 80}
+
+// ProcessOptions describes a streaming process for
+// [Executor.PrepareProcess]. Exactly one of Command and Argv must be set.
+type ProcessOptions struct {
+	// Directory is the working directory; "" means the caller's current
+	// directory at preparation time. It must exist and be a directory.
+	Directory string
+	// Command is run by the platform's command interpreter, as in
+	// [Executor.RunCommand].
+	Command string
+	// Argv is run literally, without a shell.
+	Argv []string
+	// Env holds KEY=VALUE entries applied over the base environment.
+	Env []string
+	// CleanEnv starts from an empty environment: only Env is set.
+	CleanEnv bool
+	// TTY runs the process under a pseudo-terminal: stdin, stdout and
+	// stderr are all the terminal, so Stderr carries nothing. Platforms
+	// without terminals refuse it with runbox.ErrProcessTTYUnsupported.
+	TTY bool
+	// TTYSize is the initial terminal size; zero means DefaultTTYSize. It
+	// requires TTY.
+	TTYSize TTYSize
+}
+
+// PreparedProcess is a validated, compiled launch that has not spawned
+// anything yet. It is single-use: Start consumes it, and Close releases an
+// unstarted one.
+type PreparedProcess struct {
+	e      *Executor
+	spec   *launchSpec
+	tty    bool
+	size   TTYSize
+	access runbox.ProcessAccess
+
+	mu    sync.Mutex
+	state int
+}
+
+const (
+	preparedReady = iota
+	preparedStarted
+	preparedClosed
+)
+
+// PrepareProcess validates o and compiles the launch: the working
+// directory is resolved and checked, the program is looked up in the
+// child's PATH and the environment is fixed. Nothing is spawned and no
+// terminal, pipe or cgroup is created until Start.
+//
+// Invalid options and directories return an error wrapping
+// [runbox.ErrInvalidCommand]; a program that cannot be found wraps
+// [runbox.ErrStart]; a terminal on a platform without one wraps
+// [runbox.ErrProcessTTYUnsupported].
+func (e *Executor) PrepareProcess(ctx context.Context, o ProcessOptions) (*PreparedProcess, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, cancelled(err)
+	}
+	hasCommand, hasArgv := o.Command != "", len(o.Argv) > 0
+	switch {
+	case hasCommand && hasArgv:
+		return nil, fmt.Errorf("%w: Command and Argv are mutually exclusive", runbox.ErrInvalidCommand)
+	case !hasCommand && !hasArgv:
+		return nil, fmt.Errorf("%w: one of Command or Argv is required", runbox.ErrInvalidCommand)
+	}
+	if o.TTY && !ttySupported {
+		return nil, fmt.Errorf("%w: no pseudo-terminal on this platform", runbox.ErrProcessTTYUnsupported)
+	}
+	size := o.TTYSize
+	if size != (TTYSize{}) {
+		if !o.TTY {
+			return nil, fmt.Errorf("%w: TTYSize requires TTY", runbox.ErrInvalidCommand)
+		}
+		if size.Rows == 0 || size.Cols == 0 {
+			return nil, fmt.Errorf("%w: TTYSize %dx%d has a zero dimension", runbox.ErrInvalidCommand, size.Rows, size.Cols)
+		}
+	} else {
+		size = DefaultTTYSize
+	}
+	if hasArgv {
+		if err := (runbox.Command{Args: o.Argv, Env: o.Env}).Validate(); err != nil {
+			return nil, err
+		}
+	} else if err := runbox.ValidateEnv(o.Env); err != nil {
+		return nil, fmt.Errorf("%w: %w", runbox.ErrInvalidCommand, err)
+	}
+	dir, err := resolveDirectory(o.Directory)
+	if err != nil {
+		return nil, err
+	}
+	var spec *launchSpec
+	if hasArgv {
+		spec, err = e.compile(dir, o.Argv, "", o.Env, o.CleanEnv, o.TTY)
+	} else {
+		spec, err = e.compileShell(dir, o.Command, o.Env, o.CleanEnv, o.TTY)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &PreparedProcess{
+		e:    e,
+		spec: spec,
+		tty:  o.TTY,
+		size: size,
+		// Nothing confines a host process: it may write wherever the
+		// caller's user can.
+		access: runbox.NewProcessAccess(runbox.ProcessAccessBroadWrite),
+	}, nil
+}
+
+// EffectiveAccess returns the write authority fixed at preparation, as a
+// copy the caller cannot use to change it. Host processes are not
+// confined, so it is always runbox.ProcessAccessBroadWrite.
+func (pp *PreparedProcess) EffectiveAccess() runbox.ProcessAccess {
+	return runbox.NewProcessAccess(pp.access.Kind(), pp.access.WritePaths()...)
+}
+
+// Start spawns the process and returns at once; a supervisor goroutine
+// waits for it, so nothing is left behind even if Wait is never called.
+// ctx bounds only the start itself: the process's lifetime is ended with
+// [Process.Signal] or [Process.Close], like exec.Cmd.Start without a
+// context. Start consumes the PreparedProcess even when it fails.
+func (pp *PreparedProcess) Start(ctx context.Context) (*Process, error) {
+	pp.mu.Lock()
+	if pp.state != preparedReady {
+		pp.mu.Unlock()
+		return nil, ErrPreparedProcessUsed
+	}
+	pp.state = preparedStarted
+	pp.mu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return nil, cancelled(err)
+	}
+	if pp.tty {
+		return pp.e.startPTY(pp.spec, pp.size)
+	}
+	return pp.e.startPipes(pp.spec)
+}
+
+// Close releases an unstarted PreparedProcess so that it can no longer be
+// started. After Start it does nothing; the process is closed with
+// [Process.Close]. It never fails.
+func (pp *PreparedProcess) Close() error {
+	pp.mu.Lock()
+	defer pp.mu.Unlock()
+	if pp.state == preparedReady {
+		pp.state = preparedClosed
+		pp.spec = nil
+	}
+	return nil
+}
