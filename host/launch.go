@@ -86,7 +86,7 @@ func (e *Executor) compileShell(dir, command string, env []string, cleanEnv, tty
 // so that it can be tested on any platform.
 func windowsShell(systemDir, command string) (path string, args []string, cmdLine string, err error) {
 	dir := strings.TrimRight(systemDir, `\/`)
-	if !windowsAbs(dir + `\`) {
+	if !windowsAbs(dir) {
 		return "", nil, "", fmt.Errorf("%w: system directory %q is not an absolute Windows path", runbox.ErrStart, systemDir)
 	}
 	if strings.ContainsAny(dir, "\"\x00") {
