@@ -47,7 +47,35 @@ func probeCgroupRoot() string {
 	if _, err := os.Stat(filepath.Join(probe, "cgroup.kill")); err != nil {
 		return ""
 	}
+	sweepStaleCgroups(root)
 	return root
+}
+
+// sweepStaleCgroups removes per-process cgroups left by an executor whose
+// process died before it could remove them (killed outright, for
+// example). Only cgroups named after a pid that no longer exists are
+// touched, and rmdir itself refuses a cgroup that still has members.
+func sweepStaleCgroups(root string) {
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return
+	}
+	self := os.Getpid()
+	for _, ent := range entries {
+		rest, ok := strings.CutPrefix(ent.Name(), "runbox-host-")
+		if !ok || !ent.IsDir() {
+			continue
+		}
+		rest = strings.TrimPrefix(rest, "probe-")
+		pidStr, _, _ := strings.Cut(rest, "-")
+		pid, err := strconv.Atoi(pidStr)
+		if err != nil || pid == self {
+			continue
+		}
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); errors.Is(err, os.ErrNotExist) {
+			_ = unix.Rmdir(filepath.Join(root, ent.Name()))
+		}
+	}
 }
 
 // cgroupDir maps the unified-hierarchy entry of /proc/self/cgroup ("0::"

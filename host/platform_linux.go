@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -17,6 +18,9 @@ import (
 // cgroup when one could be used.
 type treeSys struct {
 	cg *cgroup // nil: process-group containment only
+	// breached is set when the cgroup could not be emptied, so that
+	// containment is no longer reported as enforced.
+	breached atomic.Bool
 }
 
 // startTree starts the process in a new session with Pdeathsig, inside a
@@ -119,9 +123,10 @@ func (s *treeSys) teardown(p *os.Process) error {
 		return groupErr
 	}
 	if err := s.cg.drain(); err != nil {
+		s.breached.Store(true)
 		return err
 	}
-	return nil
+	return groupErr
 }
 
 // release removes the cgroup once the leader has been reaped.
@@ -133,7 +138,7 @@ func (s *treeSys) release() error {
 }
 
 func (s *treeSys) containment() runbox.LifetimeContainment {
-	if s.cg != nil {
+	if s.cg != nil && !s.breached.Load() {
 		return runbox.LifetimeContainmentEnforced
 	}
 	return runbox.LifetimeContainmentBestEffort

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -61,6 +62,25 @@ func TestRunArgvExitCodesAreNotErrors(t *testing.T) {
 			t.Fatalf("exit %d: got code %d output %q", want, code, out)
 		}
 	}
+}
+
+func TestConcurrentRuns(t *testing.T) {
+	e := newExecutor(t)
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 5 {
+				want := fmt.Sprintf("g%d-i%d", g, i)
+				out, code, err := e.RunArgv(testCtx(t), "", []string{"echo", want})
+				if err != nil || code != 0 || string(out) != want+"\n" {
+					t.Errorf("%s: %q %d %v", want, out, code, err)
+				}
+			}
+		}()
+	}
+	wg.Wait()
 }
 
 func TestRunArgvUsesDirectory(t *testing.T) {

@@ -343,3 +343,29 @@ func TestChildDiesWithParent(t *testing.T) {
 		})
 	}
 }
+
+func TestNewSweepsStaleCgroups(t *testing.T) {
+	e := newExecutor(t)
+	requireEnforced(t, e)
+	b, err := os.ReadFile("/proc/sys/kernel/pid_max")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// pid_max itself is never a valid pid, so this owner is surely dead.
+	dead := filepath.Join(e.cgroupRoot, "runbox-host-"+strings.TrimSpace(string(b))+"-1-0")
+	live := filepath.Join(e.cgroupRoot, "runbox-host-1-1-0") // pid 1 always exists
+	for _, d := range []string{dead, live} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer os.Remove(dead)
+	defer os.Remove(live)
+	newExecutor(t)
+	if _, err := os.Stat(dead); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("stale cgroup of a dead pid kept: %v", err)
+	}
+	if _, err := os.Stat(live); err != nil {
+		t.Errorf("cgroup of a live pid removed: %v", err)
+	}
+}
