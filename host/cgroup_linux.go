@@ -19,8 +19,9 @@ import (
 // reaches every process in it, whatever sessions or groups they created,
 // and the kernel reports when it is empty.
 type cgroup struct {
-	dir string
-	fd  int // directory fd for clone3; -1 once closed
+	dir     string
+	fd      int // directory fd for clone3; -1 once closed
+	removed bool
 }
 
 // probeCgroupRoot finds the caller's own cgroup in a cgroup v2 hierarchy
@@ -216,6 +217,15 @@ func (c *cgroup) signalAll(sig syscall.Signal) error {
 	return nil
 }
 
+// tryRemove removes the cgroup if it is already empty.
+func (c *cgroup) tryRemove() bool {
+	c.closeFD()
+	if unix.Rmdir(c.dir) == nil {
+		c.removed = true
+	}
+	return c.removed
+}
+
 // drain kills whatever is still in the cgroup and waits until it is empty.
 func (c *cgroup) drain() error {
 	pop, err := c.populated()
@@ -250,9 +260,13 @@ func (c *cgroup) drain() error {
 // place.
 func (c *cgroup) remove() error {
 	c.closeFD()
+	if c.removed {
+		return nil
+	}
 	var err error
 	for attempt := 0; attempt < 5; attempt++ {
 		if err = unix.Rmdir(c.dir); err == nil || errors.Is(err, unix.ENOENT) {
+			c.removed = true
 			return nil
 		}
 		if !errors.Is(err, unix.EBUSY) {

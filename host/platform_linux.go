@@ -118,8 +118,16 @@ func (s *treeSys) signal(p *os.Process, sig runbox.ProcessSignal) error {
 // teardown kills whatever the leader left behind and, with a cgroup, waits
 // until the kernel reports it empty.
 func (s *treeSys) teardown(p *os.Process) error {
-	groupErr := killGroup(p.Pid, unix.SIGKILL)
 	if s.cg == nil {
+		return killGroup(p.Pid, unix.SIGKILL)
+	}
+	// Fast path: the kernel refuses to remove a populated cgroup (a zombie
+	// does not count), so a successful rmdir proves that nothing is left,
+	// at less cost than reading cgroup.events.
+	// The group is signalled either way: it also reaches a member that
+	// moved itself out of the cgroup but not out of the group.
+	groupErr := killGroup(p.Pid, unix.SIGKILL)
+	if s.cg.tryRemove() {
 		return groupErr
 	}
 	if err := s.cg.drain(); err != nil {
