@@ -16,6 +16,13 @@ var (
 	// ErrSessionClosed reports a call on a session after Close.
 	ErrSessionClosed = errors.New("runbox: session closed")
 
+	// ErrSessionNotFound reports that no session matches an ID, ID prefix
+	// or name.
+	ErrSessionNotFound = errors.New("runbox: session not found")
+
+	// ErrAmbiguous reports an ID prefix that matches more than one session.
+	ErrAmbiguous = errors.New("runbox: ambiguous session reference")
+
 	// ErrSessionEnded reports that a session's lifetime process has exited,
 	// so the session can no longer run commands.
 	ErrSessionEnded = errors.New("runbox: session ended")

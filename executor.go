@@ -35,6 +35,23 @@ type Command struct {
 	CleanEnv bool
 	// Stdin is copied to the process; nil means empty input (immediate EOF).
 	Stdin io.Reader
+	// TTY runs the command under a pseudo-terminal. Its output, stderr
+	// included, arrives on Streams.Stdout. The end of Stdin is not passed
+	// on as an EOF (a terminal has none): send the terminal's EOF character
+	// instead. A backend that cannot provide a terminal returns
+	// ErrProcessTTYUnsupported rather than using pipes.
+	TTY bool
+	// TermSize is the terminal's initial size when TTY is set; zero leaves
+	// the backend's default.
+	TermSize TermSize
+	// Resize, when not nil, delivers new terminal sizes while the command
+	// runs (TTY only). The backend stops reading it when the call returns.
+	Resize <-chan TermSize
+}
+
+// TermSize is a terminal's size in character cells.
+type TermSize struct {
+	Rows, Cols uint16
 }
 
 // ShellCommand returns a Command that runs script with the platform shell
@@ -95,6 +112,8 @@ type Streams struct {
 }
 
 // Result describes a process that completed, including a nonzero exit.
+// When a call returns an error alongside a Result, the Result's ExitCode
+// is -1: no exit code is ever invented.
 type Result struct {
 	// ExitCode is the process's exit status.
 	ExitCode int

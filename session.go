@@ -32,6 +32,9 @@ type Resources struct {
 type Spec struct {
 	// Image is the local image reference or ID.
 	Image string
+	// Name optionally names the session so that it can be found again by
+	// name; "" lets the backend choose.
+	Name string
 	// Network is the network policy; "" means NetworkNone. Any other value
 	// names an existing Engine network.
 	Network NetworkPolicy

@@ -22,22 +22,40 @@ import (
 // exec runs cmd through the Engine's exec API. The caller holds s.mu.
 func (s *Session) exec(ctx context.Context, cmd runbox.Command, streams runbox.Streams) (runbox.Result, error) {
 	cli := s.e.cli
+	var size client.ConsoleSize
+	if cmd.TTY && cmd.TermSize != (runbox.TermSize{}) {
+		size = client.ConsoleSize{Height: uint(cmd.TermSize.Rows), Width: uint(cmd.TermSize.Cols)}
+	}
 	created, err := cli.ExecCreate(ctx, s.id, client.ExecCreateOptions{
-		Cmd:          cmd.Args,
-		Env:          cmd.Env,
-		WorkingDir:   cmd.Dir,
-		AttachStdin:  true, // always, so that nil Stdin is a prompt EOF rather than no stdin at all
+		Cmd:         cmd.Args,
+		Env:         cmd.Env,
+		WorkingDir:  cmd.Dir,
+		TTY:         cmd.TTY,
+		ConsoleSize: size,
+		// Without a terminal, stdin is always attached so that nil Stdin is a
+		// prompt EOF. A terminal's input is not half-closed: the Engine then
+		// closes the terminal itself and the output is lost.
+		AttachStdin:  !cmd.TTY || cmd.Stdin != nil,
 		AttachStdout: true,
 		AttachStderr: true,
 	})
 	if err != nil {
 		return runbox.Result{}, s.execErr(ctx, "creating exec", err)
 	}
-	att, err := cli.ExecAttach(ctx, created.ID, client.ExecAttachOptions{})
+	att, err := cli.ExecAttach(ctx, created.ID, client.ExecAttachOptions{TTY: cmd.TTY, ConsoleSize: size})
 	if err != nil {
 		return runbox.Result{}, s.execErr(ctx, "attaching exec", err)
 	}
 	defer att.Close()
+	if cmd.TTY {
+		// Engines before API 1.42 ignore the size given at creation. The
+		// resize waits for the process to start; input is held until then
+		// so that an interactive program sees its size before its input.
+		s.e.resizeExec(ctx, created.ID, cmd.TermSize)
+		done := make(chan struct{})
+		defer close(done)
+		go s.e.forwardResizes(ctx, created.ID, cmd.Resize, done)
+	}
 	// Closing the connection is the only way to unblock the stream reader
 	// when ctx ends.
 	stop := context.AfterFunc(ctx, att.Close)
@@ -50,7 +68,9 @@ func (s *Session) exec(ctx context.Context, cmd runbox.Command, streams runbox.S
 		if cmd.Stdin != nil {
 			_, _ = io.Copy(att.Conn, cmd.Stdin)
 		}
-		_ = att.CloseWrite() // EOF for the process
+		if !cmd.TTY {
+			_ = att.CloseWrite() // EOF for the process
+		}
 	}()
 
 	stdout, stderr := orDiscard(streams.Stdout), orDiscard(streams.Stderr)
@@ -58,7 +78,13 @@ func (s *Session) exec(ctx context.Context, cmd runbox.Command, streams runbox.S
 		st, err := s.e.inspectExec(ctx, created.ID)
 		return st.Running || st.Pid != 0, err
 	}}
-	_, copyErr := stdcopy.StdCopy(gate, stderr, att.Reader)
+	var copyErr error
+	if cmd.TTY {
+		// A terminal's output is one raw stream, not multiplexed frames.
+		_, copyErr = io.Copy(gate, att.Reader)
+	} else {
+		_, copyErr = stdcopy.StdCopy(gate, stderr, att.Reader)
+	}
 	if ctx.Err() != nil {
 		return runbox.Result{}, cancelled(ctx, "the command may still be running in the session")
 	}
@@ -90,18 +116,44 @@ func (s *Session) exec(ctx context.Context, cmd runbox.Command, streams runbox.S
 	return runbox.Result{ExitCode: *st.ExitCode}, nil
 }
 
+// resizeExec sets an exec's terminal size. A failed resize does not fail
+// the command: the terminal keeps its previous size.
+func (e *Executor) resizeExec(ctx context.Context, execID string, sz runbox.TermSize) {
+	if sz.Rows == 0 || sz.Cols == 0 {
+		return
+	}
+	_, _ = e.cli.ExecResize(ctx, execID, client.ExecResizeOptions{Height: uint(sz.Rows), Width: uint(sz.Cols)})
+}
+
+// forwardResizes applies every size from sizes until done is closed.
+func (e *Executor) forwardResizes(ctx context.Context, execID string, sizes <-chan runbox.TermSize, done <-chan struct{}) {
+	for {
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+			return
+		case sz, ok := <-sizes:
+			if !ok {
+				return
+			}
+			e.resizeExec(ctx, execID, sz)
+		}
+	}
+}
+
 // execErr classifies an exec API failure: a session whose lifetime process
 // has ended, a cancellation, or an Engine error.
 func (s *Session) execErr(ctx context.Context, what string, err error) error {
 	if ctx.Err() != nil {
 		return cancelled(ctx, "")
 	}
-	if cerrdefs.IsConflict(err) || cerrdefs.IsNotFound(err) {
-		ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancel()
-		if rerr := s.checkRunning(ictx); rerr != nil && errors.Is(rerr, runbox.ErrSessionEnded) {
-			return fmt.Errorf("%w (%s: %w)", rerr, what, err)
-		}
+	// The Engine words "the container is gone" in several ways (409, 404,
+	// or a 500 on attach), so ask it directly.
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if rerr := s.checkRunning(ictx); rerr != nil && errors.Is(rerr, runbox.ErrSessionEnded) {
+		return fmt.Errorf("%w (%s: %w)", rerr, what, err)
 	}
 	return fmt.Errorf("runbox/docker: %s: %w", what, engineErr(err))
 }

@@ -298,19 +298,20 @@ func ParsePlatform(s string) (ocispec.Platform, error) {
 // Run runs cmd in a one-shot session opened from the default Spec
 // (WithDefaultSpec) and closes the session afterwards, whatever happened.
 func (e *Executor) Run(ctx context.Context, cmd runbox.Command, streams runbox.Streams) (runbox.Result, error) {
+	failed := runbox.Result{ExitCode: -1}
 	if e.defaultSpec == nil {
-		return runbox.Result{}, ErrNoDefaultSpec
+		return failed, ErrNoDefaultSpec
 	}
 	if err := cmd.Validate(); err != nil {
-		return runbox.Result{}, err
+		return failed, err
 	}
 	s, err := e.Open(ctx, *e.defaultSpec)
 	if err != nil {
-		return runbox.Result{}, err
+		return failed, err
 	}
 	res, runErr := s.Run(ctx, cmd, streams)
 	if cerr := s.Close(ctx); cerr != nil {
-		return res, errors.Join(runErr, cerr)
+		return failed, errors.Join(runErr, cerr)
 	}
 	return res, runErr
 }

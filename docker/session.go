@@ -59,6 +59,9 @@ func (e *Executor) open(ctx context.Context, spec runbox.Spec) (*Session, error)
 	if err := validateImageRef(spec.Image); err != nil {
 		return nil, err
 	}
+	if spec.Name != "" && !namePattern.MatchString(spec.Name) {
+		return nil, fmt.Errorf("%w: session name %q must match %s", runbox.ErrInvalidSpec, spec.Name, namePattern)
+	}
 	if spec.Network == "" {
 		spec.Network = runbox.NetworkNone
 	}
@@ -66,8 +69,14 @@ func (e *Executor) open(ctx context.Context, spec runbox.Spec) (*Session, error)
 		return nil, err
 	}
 	cfg, hostCfg := containerConfig(spec, e.owner, time.Now())
-	created, err := e.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Config: cfg, HostConfig: hostCfg})
+	created, err := e.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Config: cfg, HostConfig: hostCfg, Name: spec.Name})
 	if err != nil {
+		if cerrdefs.IsConflict(err) {
+			return nil, fmt.Errorf("%w: %w", runbox.ErrInvalidSpec, err)
+		}
+		if cerrdefs.IsInvalidArgument(err) {
+			return nil, fmt.Errorf("%w: the Engine refused the spec: %w", runbox.ErrInvalidSpec, err)
+		}
 		return nil, classifyImageErr(spec.Image, err)
 	}
 	s := &Session{e: e, id: created.ID, spec: spec}
@@ -171,14 +180,27 @@ func containerConfig(spec runbox.Spec, owner string, now time.Time) (*container.
 	return cfg, hostCfg
 }
 
-// Run executes cmd in the session and waits for it. See the package
-// documentation for what cancellation does to the started process.
+// Run executes cmd in the session and waits for it. A process that ran to
+// completion yields its Result, whatever its exit code. Any error means it
+// did not complete normally; the Result's ExitCode is then -1. See
+// docs/docker.md for what cancellation does to the started process.
 func (s *Session) Run(ctx context.Context, cmd runbox.Command, streams runbox.Streams) (runbox.Result, error) {
+	res, err := s.run(ctx, cmd, streams)
+	if err != nil {
+		return runbox.Result{ExitCode: -1}, err
+	}
+	return res, nil
+}
+
+func (s *Session) run(ctx context.Context, cmd runbox.Command, streams runbox.Streams) (runbox.Result, error) {
 	if err := cmd.Validate(); err != nil {
 		return runbox.Result{}, err
 	}
 	if cmd.CleanEnv {
 		return runbox.Result{}, fmt.Errorf("%w: CleanEnv: the Engine's exec always adds the container's environment, and this session has no in-container helper to clear it", runbox.ErrUnsupported)
+	}
+	if ctx.Err() != nil {
+		return runbox.Result{}, cancelled(ctx, "")
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

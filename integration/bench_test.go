@@ -195,4 +195,3 @@ func rawExec(b *testing.B, cli *client.Client, id string, cmd []string) {
 		}
 	}
 }
-

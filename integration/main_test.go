@@ -62,6 +62,9 @@ func testMain(m *testing.M) int {
 	}
 
 	code := m.Run()
+	if cliDir != "" {
+		_ = os.RemoveAll(cliDir)
+	}
 
 	if engineErr == nil {
 		if leaks := sweep(cli); leaks != "" {

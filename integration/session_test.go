@@ -72,7 +72,7 @@ func TestRunLaunchFailuresAreErrors(t *testing.T) {
 			o := run(t, s, cmd)
 			require.Error(t, o.err)
 			assert.ErrorIs(t, o.err, runbox.ErrStart)
-			assert.Equal(t, runbox.Result{}, o.res, "no exit code is invented")
+			assert.Equal(t, runbox.Result{ExitCode: -1}, o.res, "no exit code is invented")
 			assert.Empty(t, o.stdout, "the Engine's message is the error, not output")
 		})
 	}

@@ -115,7 +115,6 @@ func demo(ctx context.Context, out io.Writer, keep bool) (err error) {
 	return nil
 }
 
-
 func closeSession(s runbox.Session, errp *error) {
 	if err := s.Close(context.Background()); err != nil && *errp == nil {
 		*errp = err

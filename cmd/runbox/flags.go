@@ -1,0 +1,158 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/docker/go-units"
+	"github.com/spf13/pflag"
+
+	"github.com/runbox-dev/runbox"
+)
+
+// openFlags are the session-shaping flags of open and run.
+type openFlags struct {
+	network string
+	volumes []string
+	env     []string
+	labels  []string
+	memory  string
+	cpus    float64
+	pids    int64
+	name    string
+	user    string
+	init    bool
+}
+
+func (f *openFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&f.network, "network", "none", "network: none, bridge, or the name of an existing Engine network")
+	fs.StringArrayVarP(&f.volumes, "volume", "v", nil, "bind mount SRC:DST[:ro]; SRC must be an existing absolute host path")
+	fs.StringArrayVarP(&f.env, "env", "e", nil, "environment entry K=V for the session (repeatable)")
+	fs.StringArrayVar(&f.labels, "label", nil, "label K=V for the session's container (repeatable)")
+	fs.StringVar(&f.memory, "memory", "", "memory limit in bytes, or with a unit: 512m, 2g")
+	fs.Float64Var(&f.cpus, "cpus", 0, "CPUs the session may use, e.g. 1.5")
+	fs.Int64Var(&f.pids, "pids", 0, "maximum number of processes")
+	fs.StringVar(&f.name, "name", "", "session name, usable wherever a session ID is")
+	fs.StringVarP(&f.user, "user", "u", "", "user for the lifetime process and commands (uid[:gid] or name)")
+	fs.BoolVar(&f.init, "init", false, "run an init as PID 1 that reaps orphans and forwards signals")
+}
+
+// spec builds and validates the session Spec. Nothing is created when it
+// fails.
+func (f *openFlags) spec(image string, process []string) (runbox.Spec, error) {
+	spec := runbox.Spec{
+		Image:   image,
+		Network: runbox.NetworkPolicy(f.network),
+		Process: process,
+		Name:    f.name,
+		User:    f.user,
+		Init:    f.init,
+		Env:     f.env,
+	}
+	for _, v := range f.volumes {
+		m, err := parseVolume(v)
+		if err != nil {
+			return spec, err
+		}
+		spec.Mounts = append(spec.Mounts, m)
+	}
+	if len(f.labels) > 0 {
+		spec.Labels = map[string]string{}
+		for _, l := range f.labels {
+			k, v, ok := strings.Cut(l, "=")
+			if !ok || k == "" {
+				return spec, fmt.Errorf("%w: --label %q is not K=V", runbox.ErrInvalidSpec, l)
+			}
+			spec.Labels[k] = v
+		}
+	}
+	if f.memory != "" {
+		n, err := units.RAMInBytes(f.memory)
+		if err != nil {
+			return spec, fmt.Errorf("%w: --memory %q: %w", runbox.ErrInvalidSpec, f.memory, err)
+		}
+		spec.Resources.MemoryBytes = n
+	}
+	spec.Resources.CPUs = f.cpus
+	spec.Resources.Pids = f.pids
+	if err := runbox.ValidateEnv(f.env); err != nil {
+		return spec, fmt.Errorf("%w: -e: %w", runbox.ErrInvalidSpec, err)
+	}
+	return spec, spec.Validate()
+}
+
+// parseVolume parses SRC:DST[:ro|rw]. SRC must be absolute and exist.
+func parseVolume(v string) (runbox.Mount, error) {
+	parts := strings.Split(v, ":")
+	if len(parts) < 2 || len(parts) > 3 {
+		return runbox.Mount{}, fmt.Errorf("%w: -v %q is not SRC:DST[:ro]", runbox.ErrInvalidSpec, v)
+	}
+	m := runbox.Mount{Source: parts[0], Target: parts[1]}
+	if len(parts) == 3 {
+		switch parts[2] {
+		case "ro":
+			m.ReadOnly = true
+		case "rw":
+		default:
+			return runbox.Mount{}, fmt.Errorf("%w: -v %q: mode must be ro or rw", runbox.ErrInvalidSpec, v)
+		}
+	}
+	if m.Source == "" || !filepath.IsAbs(m.Source) {
+		return runbox.Mount{}, fmt.Errorf("%w: -v %q: the source must be an absolute host path", runbox.ErrInvalidSpec, v)
+	}
+	if _, err := os.Stat(m.Source); err != nil {
+		return runbox.Mount{}, fmt.Errorf("%w: -v %q: %w", runbox.ErrInvalidSpec, v, err)
+	}
+	if m.Target == "" {
+		return runbox.Mount{}, fmt.Errorf("%w: -v %q: no target", runbox.ErrInvalidSpec, v)
+	}
+	return m, m.Validate()
+}
+
+// execFlags shape one command.
+type execFlags struct {
+	interactive bool
+	tty         bool
+	env         []string
+	cleanEnv    bool
+	dir         string
+	timeout     string
+}
+
+func (f *execFlags) register(fs *pflag.FlagSet, withEnv bool) {
+	fs.BoolVarP(&f.interactive, "interactive", "i", false, "connect this terminal's stdin to the command (EOF reaches it)")
+	fs.BoolVarP(&f.tty, "tty", "t", false, "run the command under a pseudo-terminal")
+	if withEnv {
+		fs.StringArrayVarP(&f.env, "env", "e", nil, "environment entry K=V added for the command (repeatable)")
+	}
+	fs.BoolVar(&f.cleanEnv, "clean-env", false, "start from an empty environment: only -e entries are set")
+	fs.StringVarP(&f.dir, "workdir", "w", "", "working directory of the command")
+	fs.StringVar(&f.timeout, "timeout", "", "stop waiting after this long (e.g. 30s, 5m); exit status 124")
+}
+
+// parseTimeout returns 0 for no timeout.
+func (f *execFlags) parseTimeout() (time.Duration, error) {
+	if f.timeout == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(f.timeout)
+	if err != nil || d <= 0 {
+		if secs, serr := strconv.ParseFloat(f.timeout, 64); serr == nil && secs > 0 {
+			return time.Duration(secs * float64(time.Second)), nil
+		}
+		return 0, fmt.Errorf("%w: --timeout %q is not a positive duration like 30s or 5m", runbox.ErrInvalidCommand, f.timeout)
+	}
+	return d, nil
+}
+
+func (f *execFlags) command(args []string) (runbox.Command, error) {
+	cmd := runbox.Command{Args: args, Dir: f.dir, Env: f.env, CleanEnv: f.cleanEnv, TTY: f.tty}
+	if f.interactive {
+		cmd.Stdin = os.Stdin
+	}
+	return cmd, cmd.Validate()
+}

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+
+	"github.com/moby/term"
+	"github.com/spf13/cobra"
+
+	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/docker"
+)
+
+// imageJSON is the documented, stable shape of `runbox image inspect --json`.
+type imageJSON struct {
+	ID           string `json:"id"`
+	OS           string `json:"os"`
+	Architecture string `json:"architecture"`
+	Variant      string `json:"variant,omitempty"`
+}
+
+func newImage() *cobra.Command {
+	img := &cobra.Command{
+		Use:   "image",
+		Short: "Inspect and pull images",
+	}
+	img.AddCommand(newImageInspect(), newImagePull())
+	return img
+}
+
+func newImageInspect() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "inspect REF",
+		Short: "Print the local identity of an image (ID and platform)",
+		Long: `inspect prints the local image's ID and platform as "ID OS/ARCH[/VARIANT]",
+or with --json as {"id","os","architecture","variant"}. An image that is not
+present is an error (exit 125); an unreachable Engine is reported as such,
+never as a missing image.`,
+		Example: "  runbox image inspect busybox:latest\n  runbox image inspect --json busybox:latest | jq -r .id",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			e, err := docker.New()
+			if err != nil {
+				return err
+			}
+			defer e.Close()
+			img, err := e.InspectImage(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return printImage(cmd, img, asJSON)
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: {\"id\",\"os\",\"architecture\",\"variant\"}")
+	return cmd
+}
+
+func printImage(cmd *cobra.Command, img runbox.Image, asJSON bool) error {
+	if asJSON {
+		enc := json.NewEncoder(cmd.OutOrStdout())
+		return enc.Encode(imageJSON{ID: img.ID, OS: img.OS, Architecture: img.Architecture, Variant: img.Variant})
+	}
+	p := img.OS + "/" + img.Architecture
+	if img.Variant != "" {
+		p += "/" + img.Variant
+	}
+	_, err := fmt.Fprintf(cmd.OutOrStdout(), "%s %s\n", img.ID, p)
+	return err
+}
+
+func newImagePull() *cobra.Command {
+	var platform string
+	var quiet bool
+	cmd := &cobra.Command{
+		Use:   "pull REF",
+		Short: "Pull an image for a platform, showing progress",
+		Long: `pull fetches REF for --platform (the Engine's own when not given). Progress
+goes to stderr: live bars on a terminal, plain lines otherwise, nothing with
+--quiet. The pulled image's ID is printed on stdout. Errors the Engine
+reports inside the progress stream (unknown tag, no such platform,
+unauthorized) fail the command with exit status 125.`,
+		Example: "  runbox image pull alpine:3.20\n  runbox image pull --platform linux/arm64/v8 --quiet alpine:3.20",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			opts := runbox.PullOptions{Progress: os.Stderr}
+			if quiet {
+				opts.Progress = nil
+			}
+			if platform != "" {
+				p, err := docker.ParsePlatform(platform)
+				if err != nil {
+					return err
+				}
+				opts.Platform = &p
+			}
+			e, err := docker.New()
+			if err != nil {
+				return err
+			}
+			defer e.Close()
+			img, err := e.PullImage(cmd.Context(), args[0], opts)
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintln(cmd.OutOrStdout(), img.ID)
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&platform, "platform", "", "platform as OS/ARCH[/VARIANT], e.g. linux/arm64")
+	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print no progress")
+	return cmd
+}
+
+// isTerminal reports whether f is a terminal.
+func isTerminal(f *os.File) bool {
+	_, ok := term.GetFdInfo(f)
+	return ok
+}

@@ -1,0 +1,458 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/docker"
+)
+
+// cliOwner marks sessions opened by `runbox open`: they belong to the user,
+// not to a process, so `runbox prune` leaves them alone unless --all.
+func cliOwner() string {
+	h, err := os.Hostname()
+	if err != nil {
+		h = "unknown-host"
+	}
+	return h + "/cli"
+}
+
+// afterDash drops the "--" that separates runbox's arguments from a
+// command's.
+func afterDash(args []string) []string {
+	if len(args) > 0 && args[0] == "--" {
+		return args[1:]
+	}
+	return args
+}
+
+func newOpen() *cobra.Command {
+	var of openFlags
+	cmd := &cobra.Command{
+		Use:   "open [flags] IMAGE [-- PROCESS...]",
+		Short: "Open a session and print its ID",
+		Long: `open creates and starts a session made of exactly IMAGE, the network
+(none unless --network says otherwise), the -v mounts, the limits and the
+lifetime PROCESS (the image's own command when none is given). It prints the
+session ID on stdout and nothing else. The session lives until its lifetime
+process exits or ` + "`runbox close`" + ` removes it.`,
+		Example: `  id=$(runbox open busybox:latest -- sleep 1000000)
+  runbox open --name work --network bridge -v "$PWD:/work" --memory 512m --cpus 1 busybox:latest -- sleep 1000000`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var process []string
+			if rest := afterDash(args[1:]); len(rest) > 0 {
+				process = rest
+			}
+			spec, err := of.spec(args[0], process)
+			if err != nil {
+				return err
+			}
+			e, err := docker.New(docker.WithOwner(cliOwner()))
+			if err != nil {
+				return err
+			}
+			defer e.Close()
+			s, err := e.Open(cmd.Context(), spec)
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintln(cmd.OutOrStdout(), s.ID())
+			return err
+		},
+	}
+	cmd.Flags().SetInterspersed(false)
+	of.register(cmd.Flags())
+	return cmd
+}
+
+func newExec() *cobra.Command {
+	var xf execFlags
+	cmd := &cobra.Command{
+		Use:   "exec [flags] SESSION -- ARGV...",
+		Short: "Run a command in a session",
+		Long: `exec runs ARGV literally (no shell) in SESSION (an ID, a unique ID prefix or
+a name) and exits with the command's exit status. Stdout and stderr stay
+separate. Without -i the command's stdin is empty. A program that cannot be
+started is a runbox failure (125), not exit status 126/127.
+
+With --timeout, runbox stops waiting and exits 124. The Engine cannot kill
+an exec, so the command may keep running in the session until it ends or
+the session is closed.`,
+		Example: `  runbox exec $id -- ls -l /
+  echo hello | runbox exec -i $id -- cat
+  runbox exec -t $id -- top
+  runbox exec --timeout 30s -e DEBUG=1 -w /work $id -- make test`,
+		Args: cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := xf.command(afterDash(args[1:]))
+			if err != nil {
+				return err
+			}
+			timeout, err := xf.parseTimeout()
+			if err != nil {
+				return err
+			}
+			e, err := docker.New()
+			if err != nil {
+				return err
+			}
+			defer e.Close()
+			s, err := e.Session(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return runInSession(cmd.Context(), s, c, timeout, xf.interactive)
+		},
+	}
+	cmd.Flags().SetInterspersed(false)
+	xf.register(cmd.Flags(), true)
+	return cmd
+}
+
+func newShell() *cobra.Command {
+	var dir string
+	var env []string
+	cmd := &cobra.Command{
+		Use:   "shell [flags] SESSION [-- ARGV...]",
+		Short: "Open an interactive terminal in a session (default /bin/sh)",
+		Long: `shell runs ARGV (default /bin/sh) in SESSION under a pseudo-terminal with
+this terminal in raw mode, forwards window-size changes, and restores the
+terminal however the command ends. It needs a terminal on stdin.`,
+		Example: "  runbox shell $id\n  runbox shell work -- /bin/bash -l",
+		Args:    cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			argv := afterDash(args[1:])
+			if len(argv) == 0 {
+				argv = []string{"/bin/sh"}
+			}
+			if !isTerminal(os.Stdin) {
+				return fmt.Errorf("%w: shell needs a terminal on stdin (use `runbox exec -i` for pipes)", runbox.ErrProcessTTYUnsupported)
+			}
+			c := runbox.Command{Args: argv, Dir: dir, Env: env, TTY: true, Stdin: os.Stdin}
+			if err := c.Validate(); err != nil {
+				return err
+			}
+			e, err := docker.New()
+			if err != nil {
+				return err
+			}
+			defer e.Close()
+			s, err := e.Session(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			return runInSession(cmd.Context(), s, c, 0, true)
+		},
+	}
+	cmd.Flags().SetInterspersed(false)
+	cmd.Flags().StringVarP(&dir, "workdir", "w", "", "working directory")
+	cmd.Flags().StringArrayVarP(&env, "env", "e", nil, "environment entry K=V (repeatable)")
+	return cmd
+}
+
+// runInSession runs c with this process's stdio and turns the outcome into
+// an exit status. Ctrl-C and SIGTERM cancel the command.
+func runInSession(parent context.Context, s runbox.Session, c runbox.Command, timeout time.Duration, interactive bool) error {
+	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	runCtx := ctx
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		runCtx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	if c.TTY {
+		restore, resize := setupTerminal(ctx, interactive)
+		defer restore()
+		c.TermSize, c.Resize = currentSize(), resize
+	}
+	res, err := s.Run(runCtx, c, runbox.Streams{Stdout: os.Stdout, Stderr: os.Stderr})
+	return outcome(ctx, timeout, res, err)
+}
+
+// outcome maps a Run's result to the CLI's exit status.
+func outcome(sigCtx context.Context, timeout time.Duration, res runbox.Result, err error) error {
+	if err == nil {
+		code := res.ExitCode
+		if n := signalNumber(res.Signal); n > 0 {
+			code = 128 + n
+		}
+		if code == 0 {
+			return nil
+		}
+		return &exitCode{code: code}
+	}
+	if errors.Is(err, runbox.ErrCancelled) {
+		if sigCtx.Err() != nil {
+			return &exitCode{code: 130, msg: "interrupted"}
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			return &exitCode{code: exitTimeout, msg: fmt.Sprintf("timed out after %s", timeout)}
+		}
+	}
+	return err
+}
+
+// signalNumber maps the common signal names; others yield 0.
+func signalNumber(name string) int {
+	return map[string]int{
+		"SIGHUP": 1, "SIGINT": 2, "SIGQUIT": 3, "SIGILL": 4, "SIGTRAP": 5, "SIGABRT": 6, "SIGBUS": 7,
+		"SIGFPE": 8, "SIGKILL": 9, "SIGUSR1": 10, "SIGSEGV": 11, "SIGUSR2": 12, "SIGPIPE": 13,
+		"SIGALRM": 14, "SIGTERM": 15,
+	}[name]
+}
+
+func newSnapshot() *cobra.Command {
+	var tag string
+	var pause bool
+	cmd := &cobra.Command{
+		Use:   "snapshot [flags] SESSION",
+		Short: "Save a session's writable layer as an image and print its ID",
+		Long: `snapshot commits SESSION's writable layer as a new image and prints the
+image ID. Mounted contents are not included. The session keeps running and
+is not paused unless --pause is given.`,
+		Example: "  runbox snapshot --tag work:after-build $id",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			e, err := docker.New()
+			if err != nil {
+				return err
+			}
+			defer e.Close()
+			s, err := e.Session(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			img, err := s.Snapshot(cmd.Context(), runbox.SnapshotOptions{Reference: tag, Pause: pause})
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintln(cmd.OutOrStdout(), img.ID)
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&tag, "tag", "", "tag the image as NAME[:TAG]")
+	cmd.Flags().BoolVar(&pause, "pause", false, "pause the session's processes while the layer is saved")
+	return cmd
+}
+
+func newClose() *cobra.Command {
+	return &cobra.Command{
+		Use:     "close SESSION...",
+		Short:   "Close sessions: kill their processes and remove their containers",
+		Example: "  runbox close $id\n  runbox close work other",
+		Args:    cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			e, err := docker.New()
+			if err != nil {
+				return err
+			}
+			defer e.Close()
+			var errs []error
+			for _, ref := range args {
+				s, err := e.Session(cmd.Context(), ref)
+				if err == nil {
+					err = s.Close(cmd.Context())
+				}
+				if err != nil {
+					errs = append(errs, fmt.Errorf("%s: %w", ref, err))
+				}
+			}
+			return errors.Join(errs...)
+		},
+	}
+}
+
+// sessionJSON is the documented, stable shape of one `runbox ls --json`
+// entry.
+type sessionJSON struct {
+	ID      string    `json:"id"`
+	Name    string    `json:"name"`
+	Image   string    `json:"image"`
+	Created time.Time `json:"created"`
+	State   string    `json:"state"`
+	Owner   string    `json:"owner"`
+}
+
+func newLs() *cobra.Command {
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "ls",
+		Short: "List sessions",
+		Long: `ls lists every runbox session on the Engine, newest first: ID, name, image,
+age and state. --json prints an array of objects with the fields
+id, name, image, created (RFC 3339), state and owner ("hostname/pid" of the
+creating process, or "hostname/cli" for sessions opened with runbox open).`,
+		Example: "  runbox ls\n  runbox ls --json | jq -r '.[].id'",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			e, err := docker.New()
+			if err != nil {
+				return err
+			}
+			defer e.Close()
+			all, err := e.Sessions(cmd.Context())
+			if err != nil {
+				return err
+			}
+			out := cmd.OutOrStdout()
+			if asJSON {
+				list := make([]sessionJSON, 0, len(all))
+				for _, s := range all {
+					list = append(list, sessionJSON{s.ID, s.Name, s.Image, s.Created, s.State, s.Owner})
+				}
+				return json.NewEncoder(out).Encode(list)
+			}
+			w := tabwriter.NewWriter(out, 0, 0, 3, ' ', 0)
+			fmt.Fprintln(w, "ID\tNAME\tIMAGE\tAGE\tSTATE")
+			for _, s := range all {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", s.ID[:12], s.Name, s.Image, age(s.Created), s.State)
+			}
+			return w.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (see the description for the fields)")
+	return cmd
+}
+
+func age(t time.Time) string {
+	d := time.Since(t).Round(time.Second)
+	switch {
+	case d < time.Minute:
+		return d.String()
+	case d < time.Hour:
+		return fmt.Sprintf("%dm", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh", int(d.Hours()))
+	}
+	return fmt.Sprintf("%dd", int(d.Hours()/24))
+}
+
+func newPrune() *cobra.Command {
+	var all bool
+	cmd := &cobra.Command{
+		Use:   "prune",
+		Short: "Remove sessions whose owning process is gone",
+		Long: `prune removes the sessions of programs that ended without closing them:
+sessions whose owner label names a process on this host that no longer
+exists. Sessions opened with ` + "`runbox open`" + ` belong to you, not to a process,
+and sessions owned by other hosts cannot be judged; both stay unless --all
+is given, which removes every runbox session. Prints the removed IDs.`,
+		Example: "  runbox prune\n  runbox prune --all",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			e, err := docker.New()
+			if err != nil {
+				return err
+			}
+			defer e.Close()
+			sessions, err := e.Sessions(cmd.Context())
+			if err != nil {
+				return err
+			}
+			host, _ := os.Hostname()
+			var errs []error
+			for _, info := range sessions {
+				if !all && !ownerGone(info.Owner, host) {
+					continue
+				}
+				s, err := e.Session(cmd.Context(), info.ID)
+				if err == nil {
+					err = s.Close(cmd.Context())
+				}
+				if err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), info.ID)
+			}
+			return errors.Join(errs...)
+		},
+	}
+	cmd.Flags().BoolVar(&all, "all", false, "remove every runbox session")
+	return cmd
+}
+
+// ownerGone reports whether owner ("hostname/pid") names a process of this
+// host that no longer exists.
+func ownerGone(owner, host string) bool {
+	h, pidText, ok := strings.Cut(owner, "/")
+	if !ok || h != host {
+		return false
+	}
+	var pid int
+	if _, err := fmt.Sscanf(pidText, "%d", &pid); err != nil || pid <= 0 {
+		return false
+	}
+	return !processAlive(pid)
+}
+
+func newRun() *cobra.Command {
+	var of openFlags
+	var xf execFlags
+	var process []string
+	cmd := &cobra.Command{
+		Use:   "run [open flags] [exec flags] IMAGE -- ARGV...",
+		Short: "One-shot: open a session, run a command in it, close it",
+		Long: `run opens a session on IMAGE (with the flags of open), runs ARGV in it (with
+the flags of exec) and closes the session however the command ends, Ctrl-C
+included. The session's lifetime process is --process (default: sleep), so
+the image needs a sleep program unless --process names another.`,
+		Example: `  runbox run busybox:latest -- uname -a
+  runbox run -v "$PWD:/src:ro" --timeout 5m golang:1.26 -- go test ./...`,
+		Args: cobra.MinimumNArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			spec, err := of.spec(args[0], process)
+			if err != nil {
+				return err
+			}
+			c, err := xf.command(afterDash(args[1:]))
+			if err != nil {
+				return err
+			}
+			timeout, err := xf.parseTimeout()
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			e, err := docker.New()
+			if err != nil {
+				return err
+			}
+			defer e.Close()
+			s, err := e.Open(ctx, spec)
+			if err != nil {
+				if ctx.Err() != nil {
+					return &exitCode{code: 130, msg: "interrupted"}
+				}
+				return err
+			}
+			runErr := runInSession(ctx, s, c, timeout, xf.interactive)
+			if err := s.Close(context.Background()); err != nil {
+				return errors.Join(runErr, err)
+			}
+			if ctx.Err() != nil {
+				return &exitCode{code: 130, msg: "interrupted"}
+			}
+			return runErr
+		},
+	}
+	cmd.Flags().SetInterspersed(false)
+	of.register(cmd.Flags())
+	xf.register(cmd.Flags(), false)
+	cmd.Flags().StringArrayVar(&process, "process", []string{"sleep", "2147483647"}, "lifetime process argument (repeat for each argument)")
+	return cmd
+}

@@ -1,0 +1,130 @@
+package docker
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+
+	"github.com/runbox-dev/runbox"
+)
+
+// namePattern is what the Engine accepts as a container name.
+var namePattern = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
+
+// SessionInfo describes a session container found on the Engine.
+type SessionInfo struct {
+	// ID is the full container ID.
+	ID string `json:"id"`
+	// Name is the container name without the leading "/".
+	Name string `json:"name"`
+	// Image is the image reference the session was opened with.
+	Image string `json:"image"`
+	// Created is when runbox created the session.
+	Created time.Time `json:"created"`
+	// State is the Engine's state: "running", "exited", "paused", ...
+	State string `json:"state"`
+	// Owner is the LabelOwner value: "hostname/pid" of the creator.
+	Owner string `json:"owner"`
+	// Labels are all of the container's labels.
+	Labels map[string]string `json:"labels,omitempty"`
+}
+
+// Sessions lists every runbox session on the Engine, newest first,
+// including sessions whose lifetime process has ended.
+func (e *Executor) Sessions(ctx context.Context) ([]SessionInfo, error) {
+	res, err := e.cli.ContainerList(ctx, client.ContainerListOptions{
+		All:     true,
+		Filters: client.Filters{}.Add("label", LabelKind+"="+KindSession),
+	})
+	if err != nil {
+		return nil, engineErr(err)
+	}
+	out := make([]SessionInfo, 0, len(res.Items))
+	for _, c := range res.Items {
+		out = append(out, sessionInfo(c))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Created.After(out[j].Created) })
+	return out, nil
+}
+
+func sessionInfo(c container.Summary) SessionInfo {
+	info := SessionInfo{
+		ID:     c.ID,
+		Image:  c.Image,
+		State:  string(c.State),
+		Owner:  c.Labels[LabelOwner],
+		Labels: c.Labels,
+	}
+	if len(c.Names) > 0 {
+		info.Name = strings.TrimPrefix(c.Names[0], "/")
+	}
+	if t, err := time.Parse(time.RFC3339, c.Labels[LabelCreated]); err == nil {
+		info.Created = t
+	} else {
+		info.Created = time.Unix(c.Created, 0).UTC()
+	}
+	return info
+}
+
+// Find resolves ref — a full session ID, a unique ID prefix, or a name —
+// to one session. No match wraps runbox.ErrSessionNotFound; a prefix that
+// matches several sessions wraps runbox.ErrAmbiguous. Only runbox sessions
+// are considered, never other containers.
+func (e *Executor) Find(ctx context.Context, ref string) (SessionInfo, error) {
+	if ref == "" {
+		return SessionInfo{}, fmt.Errorf("%w: empty session reference", runbox.ErrSessionNotFound)
+	}
+	all, err := e.Sessions(ctx)
+	if err != nil {
+		return SessionInfo{}, err
+	}
+	var prefixed []SessionInfo
+	for _, s := range all {
+		if s.ID == ref || s.Name == strings.TrimPrefix(ref, "/") {
+			return s, nil
+		}
+		if strings.HasPrefix(s.ID, ref) {
+			prefixed = append(prefixed, s)
+		}
+	}
+	switch len(prefixed) {
+	case 0:
+		return SessionInfo{}, fmt.Errorf("%w: no session matches %q", runbox.ErrSessionNotFound, ref)
+	case 1:
+		return prefixed[0], nil
+	}
+	ids := make([]string, len(prefixed))
+	for i, s := range prefixed {
+		ids[i] = shortID(s.ID)
+	}
+	return SessionInfo{}, fmt.Errorf("%w: %q matches %d sessions (%s)", runbox.ErrAmbiguous, ref, len(prefixed), strings.Join(ids, ", "))
+}
+
+// Session re-attaches to an existing session by ID, unique ID prefix or
+// name, for example one opened by another process. The returned session
+// serializes its own calls, but not with handles held by other processes.
+func (e *Executor) Session(ctx context.Context, ref string) (*Session, error) {
+	info, err := e.Find(ctx, ref)
+	if err != nil {
+		return nil, err
+	}
+	res, err := e.cli.ContainerInspect(ctx, info.ID, client.ContainerInspectOptions{})
+	if err != nil {
+		return nil, engineErr(err)
+	}
+	spec := runbox.Spec{Image: info.Image, Name: info.Name, Labels: info.Labels}
+	if cfg := res.Container.Config; cfg != nil {
+		spec.Image, spec.User, spec.Env = cfg.Image, cfg.User, cfg.Env
+		spec.Process = cfg.Entrypoint
+	}
+	if hc := res.Container.HostConfig; hc != nil {
+		spec.Network = runbox.NetworkPolicy(hc.NetworkMode)
+	}
+	return &Session{e: e, id: info.ID, spec: spec}, nil
+}
