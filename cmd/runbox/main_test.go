@@ -1,0 +1,124 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/runbox-dev/runbox"
+)
+
+func TestEveryCommandIsDocumented(t *testing.T) {
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if c.Hidden || c.Name() == "help" || c.Name() == "completion" {
+			return
+		}
+		assert.NotEmpty(t, c.Short, c.CommandPath())
+		if c.Runnable() && c.Name() != "version" {
+			assert.NotEmpty(t, c.Example, "%s has no example", c.CommandPath())
+		}
+		for _, sub := range c.Commands() {
+			walk(sub)
+		}
+	}
+	walk(newRoot())
+}
+
+func TestCompletionAndVersion(t *testing.T) {
+	for _, shell := range []string{"bash", "zsh", "fish", "powershell"} {
+		root := newRoot()
+		var out bytes.Buffer
+		root.SetOut(&out)
+		root.SetArgs([]string{"completion", shell})
+		require.NoError(t, root.Execute(), shell)
+		assert.Contains(t, out.String(), "runbox", shell)
+	}
+	root := newRoot()
+	var out bytes.Buffer
+	root.SetOut(&out)
+	root.SetArgs([]string{"version"})
+	require.NoError(t, root.Execute())
+	assert.Equal(t, version+"\n", out.String())
+}
+
+func TestParseVolume(t *testing.T) {
+	dir := t.TempDir()
+	m, err := parseVolume(dir + ":/data:ro")
+	require.NoError(t, err)
+	assert.Equal(t, runbox.Mount{Source: dir, Target: "/data", ReadOnly: true}, m)
+	m, err = parseVolume(dir + ":/data")
+	require.NoError(t, err)
+	assert.False(t, m.ReadOnly)
+	for _, bad := range []string{dir, "rel:/x", "/no/such/dir/at/all:/x", dir + ":", dir + ":rel", dir + ":/x:rx", dir + ":/x:ro:extra"} {
+		_, err := parseVolume(bad)
+		assert.ErrorIs(t, err, runbox.ErrInvalidSpec, bad)
+	}
+}
+
+func TestOutcome(t *testing.T) {
+	bg := context.Background()
+	assert.NoError(t, outcome(bg, 0, runbox.Result{}, nil))
+	var ec *exitCode
+	require.ErrorAs(t, outcome(bg, 0, runbox.Result{ExitCode: 3}, nil), &ec)
+	assert.Equal(t, 3, ec.code)
+	require.ErrorAs(t, outcome(bg, 0, runbox.Result{ExitCode: 143, Signal: "SIGTERM"}, nil), &ec)
+	assert.Equal(t, 143, ec.code)
+
+	timedOut := fmt.Errorf("%w: %w", runbox.ErrCancelled, context.DeadlineExceeded)
+	require.ErrorAs(t, outcome(bg, time.Second, runbox.Result{ExitCode: -1}, timedOut), &ec)
+	assert.Equal(t, exitTimeout, ec.code)
+
+	interrupted, cancel := context.WithCancel(bg)
+	cancel()
+	require.ErrorAs(t, outcome(interrupted, 0, runbox.Result{ExitCode: -1}, fmt.Errorf("%w: %w", runbox.ErrCancelled, context.Canceled)), &ec)
+	assert.Equal(t, 130, ec.code)
+
+	other := errors.New("engine down")
+	assert.ErrorIs(t, outcome(bg, 0, runbox.Result{ExitCode: -1}, other), other)
+}
+
+func TestExecuteMapsFailuresTo125(t *testing.T) {
+	// Bad flags never reach the Engine.
+	stderr := os.Stderr
+	r, w, _ := os.Pipe()
+	os.Stderr = w
+	code := execute([]string{"exec", "--timeout", "soon", "s", "--", "true"})
+	w.Close()
+	os.Stderr = stderr
+	msg, _ := io.ReadAll(r)
+	assert.Equal(t, exitFailure, code)
+	assert.Contains(t, string(msg), "--timeout")
+}
+
+func TestLimitWriter(t *testing.T) {
+	var a, b bytes.Buffer
+	hits := 0
+	lw := &limitWriter{left: 5, exceeded: func() { hits++ }}
+	wa, wb := lw.to(&a), lw.to(&b)
+	n, err := wa.Write([]byte("abc"))
+	require.NoError(t, err)
+	assert.Equal(t, 3, n)
+	_, _ = wb.Write([]byte("defg"))
+	_, _ = wa.Write([]byte("h"))
+	assert.Equal(t, "abc", a.String())
+	assert.Equal(t, "de", b.String())
+	assert.Equal(t, 1, hits)
+}
+
+func TestOwnerGone(t *testing.T) {
+	host, _ := os.Hostname()
+	assert.False(t, ownerGone(fmt.Sprintf("%s/%d", host, os.Getpid()), host))
+	assert.False(t, ownerGone(host+"/cli", host))
+	assert.False(t, ownerGone("other-host/1", host))
+	assert.True(t, ownerGone(host+"/2147483000", host))
+}
