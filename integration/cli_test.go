@@ -1,3 +1,5 @@
+//go:build linux
+
 package integration
 
 import (
@@ -26,7 +28,6 @@ var (
 	cliOnce sync.Once
 	cliPath string
 	cliErr  error
-	cliDir  string // removed by TestMain
 )
 
 // runboxBinary builds cmd/runbox once per test run.

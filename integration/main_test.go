@@ -27,7 +27,8 @@ var (
 	runID      string
 	fixtureRef string // the busybox image, tagged for this run
 	fixtureID  string
-	engineErr  error // why the Engine is unusable, when it is
+	engineErr  error  // why the Engine is unusable, when it is
+	cliDir     string // where the CLI tests built runbox; removed at the end
 )
 
 func TestMain(m *testing.M) {
