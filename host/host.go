@@ -157,6 +157,14 @@ func (e *Executor) Containment() runbox.LifetimeContainment {
 // use them after it returns. A non-nil cmd.Stdin that is not an *os.File
 // is copied by a goroutine; Run stops waiting for it once the process has
 // ended and the wait delay has passed.
+//
+// With cmd.TTY the process runs under a new pseudo-terminal of
+// cmd.TermSize (zero: [DefaultTTYSize]); all its output, stderr included,
+// goes to streams.Stdout, cmd.Stdin is typed into the terminal (its end is
+// not an EOF: send Ctrl-D), and sizes from cmd.Resize are applied until Run
+// returns. Platforms without terminals return an error wrapping
+// [runbox.ErrProcessTTYUnsupported]; pipes never stand in for a terminal.
+// TermSize and Resize are ignored without TTY.
 func (e *Executor) Run(ctx context.Context, cmd runbox.Command, streams runbox.Streams) (runbox.Result, error) {
 	failed := runbox.Result{ExitCode: -1}
 	if err := cmd.Validate(); err != nil {
@@ -164,6 +172,9 @@ func (e *Executor) Run(ctx context.Context, cmd runbox.Command, streams runbox.S
 	}
 	if err := ctx.Err(); err != nil {
 		return failed, cancelled(err)
+	}
+	if cmd.TTY {
+		return e.runTTY(ctx, cmd, streams)
 	}
 	spec, err := e.compile(cmd.Dir, cmd.Args, "", cmd.Env, cmd.CleanEnv, false)
 	if err != nil {
@@ -397,15 +408,5 @@ func (s *stdinCopier) finish(delay time.Duration) {
 		return
 	}
 	s.closePipe()
-	select {
-	case <-s.done:
-		return
-	default:
-	}
-	t := time.NewTimer(delay)
-	defer t.Stop()
-	select {
-	case <-s.done:
-	case <-t.C:
-	}
+	waitOrTimeout(s.done, delay)
 }

@@ -437,3 +437,101 @@ func TestTTYEnvironmentHasTERM(t *testing.T) {
 		t.Fatalf("no TERM fallback in a terminal: %q", out)
 	}
 }
+
+func TestRunTTY(t *testing.T) {
+	e := newExecutor(t)
+	var out bytes.Buffer
+	res, err := e.Run(testCtx(t), runbox.Command{
+		Args:     []string{"sh", "-c", `test -t 0 && test -t 1 && test -t 2 && echo tty-ok; echo to-stderr >&2; stty size`},
+		TTY:      true,
+		TermSize: runbox.TermSize{Rows: 40, Cols: 100},
+	}, runbox.Streams{Stdout: &out})
+	if err != nil || !res.Success() {
+		t.Fatalf("%+v %v", res, err)
+	}
+	s := strings.ReplaceAll(out.String(), "\r\n", "\n")
+	for _, want := range []string{"tty-ok\n", "to-stderr\n", "40 100\n"} {
+		if !strings.Contains(s, want) {
+			t.Fatalf("terminal output %q lacks %q", s, want)
+		}
+	}
+	if _, err := e.Run(testCtx(t), runbox.Command{Args: []string{"true"}, TTY: true, TermSize: runbox.TermSize{Rows: 3}}, runbox.Streams{}); !errors.Is(err, runbox.ErrInvalidCommand) {
+		t.Fatalf("half a terminal size: %v", err)
+	}
+}
+
+func TestRunTTYResizeAndStdin(t *testing.T) {
+	e := newExecutor(t)
+	lines := make(chan string, 100)
+	var pending strings.Builder
+	w := &callbackWriter{fn: func(p []byte) {
+		pending.Write(p)
+		for {
+			s := pending.String()
+			i := strings.IndexByte(s, '\n')
+			if i < 0 {
+				return
+			}
+			if l := strings.TrimSpace(s[:i]); strings.HasPrefix(l, "size ") {
+				lines <- l
+			}
+			pending.Reset()
+			pending.WriteString(s[i+1:])
+		}
+	}}
+	stdinR, stdinW := io.Pipe()
+	defer stdinW.Close()
+	resize := make(chan runbox.TermSize)
+	type outcome struct {
+		res runbox.Result
+		err error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		res, err := e.Run(testCtx(t), runbox.Command{
+			// Report the size until it is the new one; each line typed
+			// into the terminal asks again.
+			Args:   []string{"sh", "-c", `while :; do s=$(stty size); echo "size $s"; [ "$s" = "50 120" ] && exit 0; read x; done`},
+			TTY:    true,
+			Stdin:  stdinR,
+			Resize: resize,
+		}, runbox.Streams{Stdout: w})
+		done <- outcome{res, err}
+	}()
+	sent := false
+	for l := range lines {
+		if l == "size 50 120" {
+			break
+		}
+		if !sent {
+			if l != fmt.Sprintf("size %d %d", DefaultTTYSize.Rows, DefaultTTYSize.Cols) {
+				t.Fatalf("initial %q", l)
+			}
+			resize <- runbox.TermSize{Rows: 50, Cols: 120}
+			sent = true
+		}
+		// The resize is applied asynchronously: ask again until it shows.
+		io.WriteString(stdinW, "again\n")
+	}
+	// Run does not wait for a Stdin that has not ended (beyond the wait
+	// delay); ending it lets the copier finish at once.
+	stdinW.Close()
+	o := <-done
+	if o.err != nil || !o.res.Success() {
+		t.Fatalf("%+v %v", o.res, o.err)
+	}
+}
+
+func TestRunTTYCancelled(t *testing.T) {
+	e := newExecutor(t)
+	ctx, cancel := context.WithCancel(testCtx(t))
+	w := &callbackWriter{fn: func(p []byte) {
+		if bytes.Contains(p, []byte("ready")) {
+			cancel()
+		}
+	}}
+	res, err := e.Run(ctx, runbox.Command{Args: []string{"sh", "-c", "echo ready; exec sleep 1000"}, TTY: true}, runbox.Streams{Stdout: w})
+	if !errors.Is(err, runbox.ErrCancelled) || !errors.Is(err, context.Canceled) || res.ExitCode != -1 {
+		t.Fatalf("%+v %v", res, err)
+	}
+}

@@ -1,0 +1,128 @@
+package host
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/runbox-dev/runbox"
+)
+
+// runTTY is Run for a Command with TTY set: the process gets a new
+// pseudo-terminal, everything it writes (stderr included) goes to
+// streams.Stdout, Command.Stdin is typed into the terminal without an EOF
+// at its end, and Command.Resize is applied until Run returns.
+func (e *Executor) runTTY(ctx context.Context, cmd runbox.Command, streams runbox.Streams) (runbox.Result, error) {
+	failed := runbox.Result{ExitCode: -1}
+	if !ttySupported {
+		return failed, fmt.Errorf("%w: no pseudo-terminal on this platform", runbox.ErrProcessTTYUnsupported)
+	}
+	size, err := ttySize(TTYSize(cmd.TermSize))
+	if err != nil {
+		return failed, err
+	}
+	spec, err := e.compile(cmd.Dir, cmd.Args, "", cmd.Env, cmd.CleanEnv, true)
+	if err != nil {
+		return failed, err
+	}
+	p, err := e.startPTY(spec, size)
+	if err != nil {
+		return failed, err
+	}
+
+	out := newStreamWriters(runbox.Streams{Stdout: streams.Stdout})
+	var w io.Writer = io.Discard
+	if out.stdout != nil {
+		w = out.stdout
+	}
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		_, _ = io.Copy(w, p.stdout)
+	}()
+	var stdinDone chan struct{}
+	if cmd.Stdin != nil {
+		stdinDone = make(chan struct{})
+		go func() {
+			defer close(stdinDone)
+			_, _ = io.Copy(p.stdin, cmd.Stdin)
+		}()
+	}
+	stop := make(chan struct{})
+	var resizer sync.WaitGroup
+	if cmd.Resize != nil {
+		resizer.Add(1)
+		go func() {
+			defer resizer.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				case sz, ok := <-cmd.Resize:
+					if !ok {
+						return
+					}
+					if sz.Rows > 0 && sz.Cols > 0 {
+						_ = p.Resize(TTYSize(sz))
+					}
+				}
+			}
+		}()
+	}
+
+	waitErr := e.await(ctx, p.p, nil)
+	close(stop)
+	resizer.Wait()
+	// What the tree wrote is still buffered in the terminal and drains until
+	// end-of-file. A descendant that escaped teardown could hold the
+	// terminal open: after the wait delay, closing the master cuts it off.
+	waitOrTimeout(copied, e.cfg.waitDelay)
+	p.releaseOnce.Do(func() { closeFiles(p.files...) })
+	<-copied
+	// A Read on Command.Stdin that never returns is not waited for past the
+	// wait delay; the closed master makes its next write fail.
+	if stdinDone != nil {
+		waitOrTimeout(stdinDone, e.cfg.waitDelay)
+	}
+
+	res, err := p.p.outcome()
+	switch {
+	case waitErr != nil:
+		return failed, joinCleanup(waitErr, p.p)
+	case err != nil:
+		return failed, err
+	}
+	if werr := out.err(); werr != nil {
+		return failed, werr
+	}
+	return res, nil
+}
+
+// ttySize applies the default to a zero size and rejects a size with only
+// one dimension.
+func ttySize(s TTYSize) (TTYSize, error) {
+	switch {
+	case s == TTYSize{}:
+		return DefaultTTYSize, nil
+	case s.Rows == 0 || s.Cols == 0:
+		return TTYSize{}, fmt.Errorf("%w: terminal size %dx%d has a zero dimension", runbox.ErrInvalidCommand, s.Rows, s.Cols)
+	}
+	return s, nil
+}
+
+// waitOrTimeout waits for done, at most d.
+func waitOrTimeout(done <-chan struct{}, d time.Duration) {
+	select {
+	case <-done:
+		return
+	default:
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
