@@ -159,7 +159,7 @@ func (e *Executor) Containment() runbox.LifetimeContainment {
 // ended and the wait delay has passed.
 //
 // With cmd.TTY the process runs under a new pseudo-terminal of
-// cmd.TermSize (zero: [DefaultTTYSize]); all its output, stderr included,
+// cmd.TermSize (zero: 24x80); all its output, stderr included,
 // goes to streams.Stdout, cmd.Stdin is typed into the terminal (its end is
 // not an EOF: send Ctrl-D), and sizes from cmd.Resize are applied until Run
 // returns. Platforms without terminals return an error wrapping

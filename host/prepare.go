@@ -18,9 +18,9 @@ type TTYSize struct {
 	Rows, Cols uint16
 }
 
-// DefaultTTYSize is the terminal size used when ProcessOptions.TTYSize is
-// zero.
-var DefaultTTYSize = TTYSize{Rows: 24, Cols: 80}
+// defaultTTYSize is the terminal size used when no size is given: 24 rows
+// of 80 columns, the classic terminal.
+var defaultTTYSize = TTYSize{Rows: 24, Cols: 80}
 
 // ProcessOptions describes a streaming process for
 // [Executor.PrepareProcess]. Exactly one of Command and Argv must be set.
@@ -41,8 +41,8 @@ type ProcessOptions struct {
 	// stderr are all the terminal, so Stderr carries nothing. Platforms
 	// without terminals refuse it with runbox.ErrProcessTTYUnsupported.
 	TTY bool
-	// TTYSize is the initial terminal size; zero means DefaultTTYSize. It
-	// requires TTY.
+	// TTYSize is the initial terminal size; zero means 24 rows of 80
+	// columns. It requires TTY.
 	TTYSize TTYSize
 }
 
@@ -98,7 +98,7 @@ func (e *Executor) PrepareProcess(ctx context.Context, o ProcessOptions) (*Prepa
 			return nil, fmt.Errorf("%w: TTYSize %dx%d has a zero dimension", runbox.ErrInvalidCommand, size.Rows, size.Cols)
 		}
 	} else {
-		size = DefaultTTYSize
+		size = defaultTTYSize
 	}
 	if hasArgv {
 		if err := (runbox.Command{Args: o.Argv, Env: o.Env}).Validate(); err != nil {

@@ -376,7 +376,7 @@ func TestProcessTTYResize(t *testing.T) {
 	e := newExecutor(t)
 	p := start(t, e, ProcessOptions{Command: `stty size; read x; stty size`, TTY: true})
 	r := bufio.NewReader(p.Stdout())
-	readUntil(t, r, fmt.Sprintf("%d %d", DefaultTTYSize.Rows, DefaultTTYSize.Cols))
+	readUntil(t, r, fmt.Sprintf("%d %d", defaultTTYSize.Rows, defaultTTYSize.Cols))
 	if err := p.Resize(TTYSize{Rows: 50, Cols: 120}); err != nil {
 		t.Fatal(err)
 	}
@@ -504,7 +504,7 @@ func TestRunTTYResizeAndStdin(t *testing.T) {
 			break
 		}
 		if !sent {
-			if l != fmt.Sprintf("size %d %d", DefaultTTYSize.Rows, DefaultTTYSize.Cols) {
+			if l != fmt.Sprintf("size %d %d", defaultTTYSize.Rows, defaultTTYSize.Cols) {
 				t.Fatalf("initial %q", l)
 			}
 			resize <- runbox.TermSize{Rows: 50, Cols: 120}

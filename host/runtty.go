@@ -32,10 +32,14 @@ func (e *Executor) runTTY(ctx context.Context, cmd runbox.Command, streams runbo
 		return failed, err
 	}
 
-	out := newStreamWriters(runbox.Streams{Stdout: streams.Stdout})
+	// Everything from the terminal is copied, files included; a writer that
+	// fails stops receiving but the terminal keeps draining, so the process
+	// never blocks on it.
 	var w io.Writer = io.Discard
-	if out.stdout != nil {
-		w = out.stdout
+	var sticky *stickyWriter
+	if streams.Stdout != nil {
+		sticky = &stickyWriter{mu: new(sync.Mutex), w: streams.Stdout, name: "stdout"}
+		w = sticky
 	}
 	copied := make(chan struct{})
 	go func() {
@@ -94,8 +98,8 @@ func (e *Executor) runTTY(ctx context.Context, cmd runbox.Command, streams runbo
 	case err != nil:
 		return failed, err
 	}
-	if werr := out.err(); werr != nil {
-		return failed, werr
+	if sticky != nil && sticky.err != nil {
+		return failed, fmt.Errorf("host: writing stdout: %w", sticky.err)
 	}
 	return res, nil
 }
@@ -105,7 +109,7 @@ func (e *Executor) runTTY(ctx context.Context, cmd runbox.Command, streams runbo
 func ttySize(s TTYSize) (TTYSize, error) {
 	switch {
 	case s == TTYSize{}:
-		return DefaultTTYSize, nil
+		return defaultTTYSize, nil
 	case s.Rows == 0 || s.Cols == 0:
 		return TTYSize{}, fmt.Errorf("%w: terminal size %dx%d has a zero dimension", runbox.ErrInvalidCommand, s.Rows, s.Cols)
 	}
