@@ -110,8 +110,11 @@ type Executor struct {
 	// cgroupBroken is set when the kernel refused to spawn into a cgroup
 	// although the probe succeeded, so later spawns skip the attempt.
 	cgroupBroken atomic.Bool
-	seq          atomic.Uint64
 }
+
+// cgroupSeq numbers per-process cgroups across all executors of this
+// program, so that their names never collide.
+var cgroupSeq atomic.Uint64
 
 var _ runbox.Process = (*Executor)(nil)
 

@@ -29,7 +29,7 @@ type treeSys struct {
 // reports best-effort containment.
 func (e *Executor) startTree(spec *launchSpec, build func() *exec.Cmd, tty bool) (*exec.Cmd, *treeSys, error) {
 	if e.cgroupRoot != "" && !e.cgroupBroken.Load() {
-		if cg, err := createCgroup(e.cgroupRoot, e.seq.Add(1)); err == nil {
+		if cg, err := createCgroup(e.cgroupRoot, cgroupSeq.Add(1)); err == nil {
 			cmd := build()
 			cmd.SysProcAttr = linuxProcAttr(tty, cg.fd)
 			firstErr := startLocked(cmd)
