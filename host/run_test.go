@@ -16,6 +16,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/runbox-dev/runbox"
 )
@@ -191,6 +192,44 @@ func TestRunCancelledWhileRunning(t *testing.T) {
 	}
 	if res.ExitCode != -1 {
 		t.Fatalf("Result %+v, want ExitCode -1", res)
+	}
+}
+
+func TestRunArgvCancelledKeepsOutputSoFar(t *testing.T) {
+	e := newExecutor(t)
+	mark := filepath.Join(t.TempDir(), "mark")
+	ctx, cancel := context.WithCancel(testCtx(t))
+	defer cancel()
+	go func() {
+		// Cancel once the process has written its output and is waiting.
+		for {
+			if _, err := os.Stat(mark); err == nil {
+				cancel()
+				return
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(2 * time.Millisecond):
+			}
+		}
+	}()
+	out, code, err := e.RunArgv(ctx, "", []string{"sh", "-c", `echo partial; echo more >&2; touch "$1"; exec sleep 1000`, "sh", mark})
+	if !errors.Is(err, runbox.ErrCancelled) || !errors.Is(err, context.Canceled) || code != -1 {
+		t.Fatalf("code %d err %v", code, err)
+	}
+	if string(out) != "partial\nmore\n" {
+		t.Fatalf("output so far %q", out)
+	}
+}
+
+func TestRunDeadline(t *testing.T) {
+	e := newExecutor(t)
+	ctx, cancel := context.WithTimeout(testCtx(t), 20*time.Millisecond)
+	defer cancel()
+	res, err := e.Run(ctx, runbox.Command{Args: []string{"sleep", "1000"}}, runbox.Streams{})
+	if !errors.Is(err, runbox.ErrCancelled) || !errors.Is(err, context.DeadlineExceeded) || res.ExitCode != -1 {
+		t.Fatalf("%+v %v", res, err)
 	}
 }
 
