@@ -1,0 +1,200 @@
+// Package agent is runbox's in-session agent: a small static program that
+// runs as PID 1 of a Docker session, starts the session's lifetime process,
+// reaps orphans, and runs commands on request over one multiplexed
+// connection. It makes commands fast (no Engine round trips per command)
+// and killable (the Engine's exec API cannot signal a process).
+//
+// This file defines the wire protocol, shared by the agent and its client.
+// A connection carries frames:
+//
+//	version:1 type:1 id:4 length:4 payload:length
+//
+// all integers big-endian. id names a command (0 is the connection itself).
+// Payloads are bounded by MaxPayload; a frame that is malformed, oversized
+// or of another version ends the connection with an error, never a panic.
+package agent
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Version is the protocol version this package speaks.
+const Version = 1
+
+// MaxPayload bounds one frame's payload.
+const MaxPayload = 1 << 20
+
+// headerSize is the fixed frame header length.
+const headerSize = 10
+
+// Type is a frame's kind.
+type Type uint8
+
+// Frame types. "c→a" frames go from the client to the agent, "a→c" back.
+const (
+	TypeHello       Type = iota + 1 // both ways, id 0: JSON Hello
+	TypeStart                       // c→a: JSON StartRequest
+	TypeAccepted                    // a→c: the request is valid and registered
+	TypeStarted                     // a→c: JSON Started
+	TypeStartFailed                 // a→c: JSON StartFailed; the command is over
+	TypeStdin                       // c→a: bytes for the command's stdin
+	TypeStdinEOF                    // c→a: close the command's stdin
+	TypeStdout                      // a→c: bytes the command wrote to stdout
+	TypeStderr                      // a→c: bytes the command wrote to stderr
+	TypeResize                      // c→a: JSON Resize
+	TypeSignal                      // c→a: JSON Signal, to the command's process group
+	TypeCancel                      // c→a: kill the command's process group
+	TypeExit                        // a→c: JSON Exit; the command is over
+	TypeError                       // a→c, id 0: JSON Fatal; the agent ends the connection
+	typeEnd                         // first invalid type
+)
+
+var typeNames = [...]string{"invalid", "hello", "start", "accepted", "started", "start-failed", "stdin",
+	"stdin-eof", "stdout", "stderr", "resize", "signal", "cancel", "exit", "error"}
+
+// String returns the type's name.
+func (t Type) String() string {
+	if t < typeEnd {
+		return typeNames[t]
+	}
+	return fmt.Sprintf("type(%d)", uint8(t))
+}
+
+// ErrProtocol reports a malformed frame or an unexpected message.
+var ErrProtocol = errors.New("runbox/agent: protocol error")
+
+// Frame is one protocol message.
+type Frame struct {
+	Type    Type
+	ID      uint32
+	Payload []byte
+}
+
+// Hello opens a connection in both directions.
+type Hello struct {
+	Version int `json:"version"`
+	// Pid is the agent's process ID (in the session); 1 when it is init.
+	Pid int `json:"pid,omitempty"`
+}
+
+// StartRequest asks the agent to start a command.
+type StartRequest struct {
+	Args     []string `json:"args"`
+	Env      []string `json:"env,omitempty"`
+	CleanEnv bool     `json:"cleanEnv,omitempty"`
+	Dir      string   `json:"dir,omitempty"`
+	TTY      bool     `json:"tty,omitempty"`
+	Rows     uint16   `json:"rows,omitempty"`
+	Cols     uint16   `json:"cols,omitempty"`
+}
+
+// Started reports the command's process ID in the session.
+type Started struct {
+	Pid int `json:"pid"`
+}
+
+// StartFailed reports why a command could not be started.
+type StartFailed struct {
+	Error string `json:"error"`
+}
+
+// Resize sets a command's terminal size.
+type Resize struct {
+	Rows uint16 `json:"rows"`
+	Cols uint16 `json:"cols"`
+}
+
+// Signal asks for a signal (by number) to the command's process group.
+type Signal struct {
+	Signal int `json:"signal"`
+}
+
+// Exit reports how a command ended. Signal names the signal that killed it
+// ("SIGKILL"), empty for a normal exit.
+type Exit struct {
+	Code   int    `json:"code"`
+	Signal string `json:"signal,omitempty"`
+}
+
+// Fatal is the agent's last word on a broken connection.
+type Fatal struct {
+	Error string `json:"error"`
+}
+
+// WriteFrame writes one frame. It is not safe for concurrent use on the
+// same writer; callers serialize.
+func WriteFrame(w io.Writer, f Frame) error {
+	if len(f.Payload) > MaxPayload {
+		return fmt.Errorf("%w: payload of %d bytes exceeds %d", ErrProtocol, len(f.Payload), MaxPayload)
+	}
+	buf := make([]byte, headerSize+len(f.Payload))
+	buf[0] = Version
+	buf[1] = byte(f.Type)
+	binary.BigEndian.PutUint32(buf[2:6], f.ID)
+	binary.BigEndian.PutUint32(buf[6:10], uint32(len(f.Payload)))
+	copy(buf[headerSize:], f.Payload)
+	_, err := w.Write(buf)
+	return err
+}
+
+// WriteJSON writes a frame whose payload is v encoded as JSON.
+func WriteJSON(w io.Writer, t Type, id uint32, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return WriteFrame(w, Frame{Type: t, ID: id, Payload: b})
+}
+
+// Reader decodes frames from a stream, reusing one buffer: a frame's
+// Payload is valid only until the next call to Next.
+type Reader struct {
+	r   io.Reader
+	hdr [headerSize]byte
+	buf []byte
+}
+
+// NewReader returns a frame decoder for r.
+func NewReader(r io.Reader) *Reader { return &Reader{r: r} }
+
+// Next reads the next frame. It returns io.EOF at a clean end of stream
+// (between frames) and an error wrapping ErrProtocol for anything malformed.
+func (fr *Reader) Next() (Frame, error) {
+	if _, err := io.ReadFull(fr.r, fr.hdr[:]); err != nil {
+		if errors.Is(err, io.ErrUnexpectedEOF) {
+			return Frame{}, fmt.Errorf("%w: truncated header", ErrProtocol)
+		}
+		return Frame{}, err
+	}
+	if fr.hdr[0] != Version {
+		return Frame{}, fmt.Errorf("%w: version %d, want %d", ErrProtocol, fr.hdr[0], Version)
+	}
+	t := Type(fr.hdr[1])
+	if t == 0 || t >= typeEnd {
+		return Frame{}, fmt.Errorf("%w: unknown frame type %d", ErrProtocol, fr.hdr[1])
+	}
+	n := binary.BigEndian.Uint32(fr.hdr[6:10])
+	if n > MaxPayload {
+		return Frame{}, fmt.Errorf("%w: frame of %d bytes exceeds %d", ErrProtocol, n, MaxPayload)
+	}
+	if cap(fr.buf) < int(n) {
+		fr.buf = make([]byte, n)
+	}
+	payload := fr.buf[:n]
+	if _, err := io.ReadFull(fr.r, payload); err != nil {
+		return Frame{}, fmt.Errorf("%w: truncated payload: %w", ErrProtocol, err)
+	}
+	return Frame{Type: t, ID: binary.BigEndian.Uint32(fr.hdr[2:6]), Payload: payload}, nil
+}
+
+// Decode unmarshals a JSON payload, wrapping failures in ErrProtocol.
+func Decode(f Frame, v any) error {
+	if err := json.Unmarshal(f.Payload, v); err != nil {
+		return fmt.Errorf("%w: %s frame: %w", ErrProtocol, f.Type, err)
+	}
+	return nil
+}
