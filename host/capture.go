@@ -13,18 +13,16 @@ import (
 // a single os/exec copying goroutine (stdout and stderr share one pipe) and
 // read only after the process has been waited for.
 type capture struct {
-	limit    int // 0: unlimited
-	buf      []byte
-	over     bool
-	overflow chan struct{} // closed once the limit is passed; nil without a limit
+	limit int // 0: unlimited
+	buf   []byte
+	over  bool
+	// onOverflow is called once, from the copying goroutine, when the limit
+	// is passed.
+	onOverflow func()
 }
 
-func newCapture(limit int) *capture {
-	c := &capture{limit: limit}
-	if limit > 0 {
-		c.overflow = make(chan struct{})
-	}
-	return c
+func newCapture(limit int, onOverflow func()) *capture {
+	return &capture{limit: limit, onOverflow: onOverflow}
 }
 
 // Write keeps at most limit bytes. Past the limit it reports success and
@@ -38,7 +36,7 @@ func (c *capture) Write(p []byte) (int, error) {
 	if c.limit > 0 && len(c.buf)+keep > c.limit {
 		keep = c.limit - len(c.buf)
 		c.over = true
-		close(c.overflow)
+		defer c.onOverflow()
 	}
 	c.grow(keep)
 	c.buf = append(c.buf, p[:keep]...)

@@ -18,6 +18,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	defer e.Close()
 	ctx := context.Background()
 
 	// An argument vector is passed literally: no shell expands $HOME.

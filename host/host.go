@@ -104,12 +104,7 @@ func WithoutCgroup() Option {
 // starts an independent process.
 type Executor struct {
 	cfg config
-	// cgroupRoot is the writable cgroup v2 directory under which per-process
-	// cgroups are created; "" when none is usable.
-	cgroupRoot string
-	// cgroupBroken is set when the kernel refused to spawn into a cgroup
-	// although the probe succeeded, so later spawns skip the attempt.
-	cgroupBroken atomic.Bool
+	sys execSys // platform state (Linux: the cgroups)
 }
 
 // cgroupSeq numbers per-process cgroups across all executors of this
@@ -128,10 +123,22 @@ func New(opts ...Option) (*Executor, error) {
 			return nil, err
 		}
 	}
-	if !e.cfg.noCgroup {
-		e.cgroupRoot = probeCgroupRoot()
-	}
+	e.initSys()
 	return e, nil
+}
+
+// Close releases what the executor keeps between processes: on Linux, the
+// emptied cgroups it reuses (reusing one is markedly cheaper for the kernel
+// than creating one). Running processes are not affected, and the executor
+// stays usable, without that cache. An executor that is never closed
+// releases the cache when it is garbage collected, and a program that exits
+// without either leaves at most a few empty cgroups, which a later New
+// removes.
+func (e *Executor) Close() error {
+	if err := e.closeSys(); err != nil {
+		return fmt.Errorf("%w: %w", runbox.ErrCleanup, err)
+	}
+	return nil
 }
 
 // Containment reports the strongest containment this executor will attempt
@@ -194,13 +201,13 @@ func (e *Executor) Run(ctx context.Context, cmd runbox.Command, streams runbox.S
 		c.Stdout, c.Stderr = out.stdout, out.stderr
 		return c
 	}
-	p, err := e.spawn(spec, build, false)
-	if err != nil {
+	p := e.newProc()
+	if err := e.start(p, spec, build, false); err != nil {
 		in.abort()
 		return failed, err
 	}
 	in.start()
-	waitErr := e.await(ctx, p, nil)
+	waitErr := p.superviseInline(ctx)
 	in.finish(e.cfg.waitDelay)
 	res, err := p.outcome()
 	switch {
@@ -271,7 +278,8 @@ func (e *Executor) runCombined(ctx context.Context, spec *launchSpec, limit int)
 	if err := ctx.Err(); err != nil {
 		return nil, -1, cancelled(err)
 	}
-	sink := newCapture(limit)
+	p := e.newProc()
+	sink := newCapture(limit, p.kill)
 	build := func() *exec.Cmd {
 		c := spec.cmd(e.cfg.waitDelay)
 		// One writer for both streams: os/exec then uses a single pipe, which
@@ -279,11 +287,10 @@ func (e *Executor) runCombined(ctx context.Context, spec *launchSpec, limit int)
 		c.Stdout, c.Stderr = sink, sink
 		return c
 	}
-	p, err := e.spawn(spec, build, false)
-	if err != nil {
+	if err := e.start(p, spec, build, false); err != nil {
 		return nil, -1, err
 	}
-	waitErr := e.await(ctx, p, sink.overflow)
+	waitErr := p.superviseInline(ctx)
 	out := sink.bytes()
 	res, err := p.outcome()
 	switch {
@@ -299,17 +306,14 @@ func (e *Executor) runCombined(ctx context.Context, spec *launchSpec, limit int)
 	return out, res.ExitCode, nil
 }
 
-// await waits for p to finish. When ctx ends first it kills the tree,
-// waits for the supervisor, and returns the cancellation error. A receive
-// on overflow kills the tree too but keeps waiting.
-func (e *Executor) await(ctx context.Context, p *proc, overflow <-chan struct{}) error {
+// await waits for a process supervised by another goroutine. When ctx ends
+// first it kills the tree, waits for the supervisor, and returns the
+// cancellation error.
+func (e *Executor) await(ctx context.Context, p *proc) error {
 	for {
 		select {
 		case <-p.done:
 			return nil
-		case <-overflow:
-			p.kill()
-			overflow = nil
 		case <-ctx.Done():
 			select {
 			case <-p.done:

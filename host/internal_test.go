@@ -49,7 +49,8 @@ func TestDedupEnvLastWins(t *testing.T) {
 }
 
 func TestCaptureKeepsAtMostLimit(t *testing.T) {
-	c := newCapture(1000)
+	calls := 0
+	c := newCapture(1000, func() { calls++ })
 	chunk := []byte(strings.Repeat("x", 300))
 	for range 100 {
 		if n, err := c.Write(chunk); n != len(chunk) || err != nil {
@@ -59,14 +60,12 @@ func TestCaptureKeepsAtMostLimit(t *testing.T) {
 	if len(c.bytes()) != 1000 || cap(c.buf) > 1000 || !c.exceeded() {
 		t.Fatalf("len %d cap %d exceeded %v", len(c.bytes()), cap(c.buf), c.exceeded())
 	}
-	select {
-	case <-c.overflow:
-	default:
-		t.Fatal("overflow not signalled")
+	if calls != 1 {
+		t.Fatalf("overflow signalled %d times, want once", calls)
 	}
-	u := newCapture(0)
+	u := newCapture(0, func() { t.Fatal("overflow without a limit") })
 	u.Write(chunk)
-	if len(u.bytes()) != 300 || u.exceeded() || u.overflow != nil {
+	if len(u.bytes()) != 300 || u.exceeded() {
 		t.Fatal("unlimited capture misbehaves")
 	}
 }

@@ -34,6 +34,7 @@ func runHelper(mode string) int {
 			fmt.Fprintln(os.Stderr, err)
 			return 2
 		}
+		defer e.Close()
 		pp, err := e.PrepareProcess(context.Background(), ProcessOptions{Argv: []string{"sleep", "1000"}})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
@@ -53,14 +54,18 @@ func runHelper(mode string) int {
 	return 2
 }
 
-// newExecutor returns an Executor with a short grace period so that tests
-// that exercise escalation do not idle.
+// newExecutor returns an Executor that is closed when the test ends.
 func newExecutor(t testing.TB, opts ...Option) *Executor {
 	t.Helper()
 	e, err := New(opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		if err := e.Close(); err != nil {
+			t.Errorf("Executor.Close: %v", err)
+		}
+	})
 	return e
 }
 

@@ -76,8 +76,11 @@ func (e *Executor) plannedContainment() runbox.LifetimeContainment {
 	return runbox.LifetimeContainmentBestEffort
 }
 
-// probeCgroupRoot: macOS has no cgroups.
-func probeCgroupRoot() string { return "" }
+// execSys: macOS keeps nothing between processes.
+type execSys struct{}
+
+func (e *Executor) initSys()        {}
+func (e *Executor) closeSys() error { return nil }
 
 // pollableMaster keeps the master as pty.Open returns it: kqueue does not
 // reliably support terminal devices on macOS, so reads stay blocking and

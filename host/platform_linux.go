@@ -17,25 +17,51 @@ import (
 // treeSys is the Linux handle on a process tree: its process group, and its
 // cgroup when one could be used.
 type treeSys struct {
-	cg *cgroup // nil: process-group containment only
+	cg   *cgroup // nil: process-group containment only
+	pool *cgroupPool
 	// breached is set when the cgroup could not be emptied, so that
 	// containment is no longer reported as enforced.
 	breached atomic.Bool
 }
 
-// startTree starts the process in a new session with Pdeathsig, inside a
-// fresh cgroup when the executor has a usable cgroup v2 root. If the kernel
+// execSys is the executor's Linux state.
+type execSys struct {
+	pool *cgroupPool // nil: no usable cgroup v2 hierarchy
+	// broken is set when the kernel refused to spawn into a cgroup although
+	// the probe succeeded, so later spawns skip the attempt.
+	broken atomic.Bool
+}
+
+func (e *Executor) initSys() {
+	if e.cfg.noCgroup {
+		return
+	}
+	if root := probeCgroupRoot(); root != "" {
+		e.sys.pool = &cgroupPool{root: root}
+		// The cleanup must not reference e, or e would never be collected.
+		runtime.AddCleanup(e, func(p *cgroupPool) { _ = p.close() }, e.sys.pool)
+	}
+}
+
+func (e *Executor) closeSys() error {
+	if e.sys.pool == nil {
+		return nil
+	}
+	return e.sys.pool.close()
+}
+
+// startTree starts the process in a new session with Pdeathsig, inside its
+// own cgroup when the executor has a usable cgroup v2 root. If the kernel
 // refuses the cgroup the spawn is retried without it, and the process then
 // reports best-effort containment.
 func (e *Executor) startTree(spec *launchSpec, build func() *exec.Cmd, tty bool) (*exec.Cmd, *treeSys, error) {
-	if e.cgroupRoot != "" && !e.cgroupBroken.Load() {
-		if cg, err := createCgroup(e.cgroupRoot, cgroupSeq.Add(1)); err == nil {
+	if pool := e.sys.pool; pool != nil && !e.sys.broken.Load() {
+		if cg, err := pool.get(); err == nil {
 			cmd := build()
 			cmd.SysProcAttr = linuxProcAttr(tty, cg.fd)
 			firstErr := startLocked(cmd)
-			cg.closeFD()
 			if firstErr == nil {
-				return cmd, &treeSys{cg: cg}, nil
+				return cmd, &treeSys{cg: cg, pool: pool}, nil
 			}
 			_ = cg.remove()
 			cmd = build()
@@ -46,7 +72,7 @@ func (e *Executor) startTree(spec *launchSpec, build func() *exec.Cmd, tty bool)
 			// The program starts, so the cgroup was what failed. Unless that
 			// was a transient shortage, stop paying for a doomed attempt.
 			if !errors.Is(firstErr, syscall.EAGAIN) && !errors.Is(firstErr, syscall.ENOMEM) {
-				e.cgroupBroken.Store(true)
+				e.sys.broken.Store(true)
 			}
 			return cmd, &treeSys{}, nil
 		}
@@ -115,20 +141,17 @@ func (s *treeSys) signal(p *os.Process, sig runbox.ProcessSignal) error {
 	return errors.Join(cgErr, killGroup(p.Pid, n))
 }
 
-// teardown kills whatever the leader left behind and, with a cgroup, waits
-// until the kernel reports it empty.
+// teardown kills whatever the leader left behind and, with a cgroup, makes
+// sure the kernel reports it empty.
 func (s *treeSys) teardown(p *os.Process) error {
-	if s.cg == nil {
-		return killGroup(p.Pid, unix.SIGKILL)
-	}
-	// Fast path: the kernel refuses to remove a populated cgroup (a zombie
-	// does not count), so a successful rmdir proves that nothing is left,
-	// at less cost than reading cgroup.events.
-	// The group is signalled either way: it also reaches a member that
-	// moved itself out of the cgroup but not out of the group.
+	// The group is signalled either way: it also reaches a member that moved
+	// itself out of the cgroup but not out of the group.
 	groupErr := killGroup(p.Pid, unix.SIGKILL)
-	if s.cg.tryRemove() {
+	if s.cg == nil {
 		return groupErr
+	}
+	if pop, err := s.cg.populated(); err == nil && !pop {
+		return groupErr // the common case: nothing was left behind
 	}
 	if err := s.cg.drain(); err != nil {
 		s.breached.Store(true)
@@ -137,12 +160,18 @@ func (s *treeSys) teardown(p *os.Process) error {
 	return groupErr
 }
 
-// release removes the cgroup once the leader has been reaped.
+// release hands the emptied cgroup back for reuse (or removes it) once the
+// leader has been reaped. A cgroup that could not be emptied is left alone:
+// teardown has reported it.
 func (s *treeSys) release() error {
-	if s.cg == nil {
+	switch {
+	case s.cg == nil:
+		return nil
+	case s.breached.Load():
+		s.cg.closeFDs()
 		return nil
 	}
-	return s.cg.remove()
+	return s.pool.put(s.cg)
 }
 
 func (s *treeSys) containment() runbox.LifetimeContainment {
@@ -153,7 +182,7 @@ func (s *treeSys) containment() runbox.LifetimeContainment {
 }
 
 func (e *Executor) plannedContainment() runbox.LifetimeContainment {
-	if e.cgroupRoot != "" && !e.cgroupBroken.Load() {
+	if e.sys.pool != nil && !e.sys.broken.Load() {
 		return runbox.LifetimeContainmentEnforced
 	}
 	return runbox.LifetimeContainmentBestEffort

@@ -200,8 +200,11 @@ func (e *Executor) plannedContainment() runbox.LifetimeContainment {
 	return runbox.LifetimeContainmentBestEffort
 }
 
-// probeCgroupRoot: Windows has no cgroups.
-func probeCgroupRoot() string { return "" }
+// execSys: Windows keeps nothing between processes.
+type execSys struct{}
+
+func (e *Executor) initSys()        {}
+func (e *Executor) closeSys() error { return nil }
 
 // exitResult converts an exit status; Windows processes have no signals.
 func exitResult(state *os.ProcessState) runbox.Result {

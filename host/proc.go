@@ -1,6 +1,7 @@
 package host
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -24,6 +25,7 @@ type proc struct {
 	// then on the leader's pid may be reaped and reused, so no signal is
 	// sent through it any more.
 	exited      bool
+	pendingKill bool        // Kill was asked for before the spawn completed
 	terminating bool        // a Terminate escalation has been armed
 	timer       *time.Timer // the armed escalation
 	escalations atomic.Int32
@@ -34,16 +36,63 @@ type proc struct {
 	cleanupErr error
 }
 
-// spawn starts a process built by build (called once per attempt) and hands
-// it to a supervisor goroutine that always waits for it.
-func (e *Executor) spawn(spec *launchSpec, build func() *exec.Cmd, tty bool) (*proc, error) {
+// newProc returns an unstarted proc, so that callbacks that may kill it
+// (an output limit) can be wired before the spawn.
+func (e *Executor) newProc() *proc {
+	return &proc{grace: e.cfg.grace, done: make(chan struct{})}
+}
+
+// start spawns the process for p; build is called once per attempt. A kill
+// requested before the spawn completed is delivered right after it. The
+// caller must then run p.supervise exactly once.
+func (e *Executor) start(p *proc, spec *launchSpec, build func() *exec.Cmd, tty bool) error {
 	cmd, sys, err := e.startTree(spec, build, tty)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", runbox.ErrStart, err)
+		return fmt.Errorf("%w: %w", runbox.ErrStart, err)
 	}
-	p := &proc{cmd: cmd, sys: sys, grace: e.cfg.grace, done: make(chan struct{})}
+	p.mu.Lock()
+	p.cmd, p.sys = cmd, sys
+	pending := p.pendingKill
+	p.mu.Unlock()
+	if pending {
+		p.kill()
+	}
+	return nil
+}
+
+// spawn starts a process and hands it to a supervisor goroutine that always
+// waits for it, for callers that do not wait themselves.
+func (e *Executor) spawn(spec *launchSpec, build func() *exec.Cmd, tty bool) (*proc, error) {
+	p := e.newProc()
+	if err := e.start(p, spec, build, tty); err != nil {
+		return nil, err
+	}
 	go p.supervise()
 	return p, nil
+}
+
+// superviseInline supervises p in the calling goroutine, as Cmd.Wait does:
+// the wake-up when the process exits lands directly on the caller, with no
+// hand-off between goroutines. ctx is watched with context.AfterFunc, which
+// costs no goroutine unless it fires; the returned error reports a
+// cancellation that killed the still-running tree.
+func (p *proc) superviseInline(ctx context.Context) error {
+	var killed atomic.Bool
+	fired := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(fired)
+		if p.signal(runbox.ProcessSignalKill) == nil {
+			killed.Store(true)
+		}
+	})
+	p.supervise()
+	if !stop() {
+		<-fired
+	}
+	if killed.Load() {
+		return cancelled(ctx.Err())
+	}
+	return nil
 }
 
 // supervise waits for the leader, tears down whatever it left behind, reaps
@@ -116,6 +165,13 @@ func (p *proc) signal(sig runbox.ProcessSignal) error {
 	defer p.mu.Unlock()
 	if p.exited {
 		return fmt.Errorf("host: %w", os.ErrProcessDone)
+	}
+	if p.cmd == nil {
+		if sig == runbox.ProcessSignalKill {
+			p.pendingKill = true
+			return nil
+		}
+		return errors.New("host: process not started")
 	}
 	if err := p.sys.signal(p.cmd.Process, sig); err != nil {
 		return err

@@ -76,7 +76,7 @@ func (e *Executor) runTTY(ctx context.Context, cmd runbox.Command, streams runbo
 		}()
 	}
 
-	waitErr := e.await(ctx, p.p, nil)
+	waitErr := e.await(ctx, p.p)
 	close(stop)
 	resizer.Wait()
 	// What the tree wrote is still buffered in the terminal and drains until

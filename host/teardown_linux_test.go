@@ -106,6 +106,27 @@ func waitSetsid(t *testing.T, pids map[string]int) {
 	})
 }
 
+// cgroupRoot is where e creates per-process cgroups ("" without any).
+func cgroupRoot(e *Executor) string {
+	if e.sys.pool == nil {
+		return ""
+	}
+	return e.sys.pool.root
+}
+
+// ownCgroups lists the per-process cgroups this test program has now.
+func ownCgroups(t *testing.T, root string) []string {
+	t.Helper()
+	if root == "" {
+		return nil
+	}
+	m, err := filepath.Glob(filepath.Join(root, fmt.Sprintf("runbox-host-%d-*", os.Getpid())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
 func requireEnforced(t *testing.T, e *Executor) {
 	t.Helper()
 	if e.Containment() != runbox.LifetimeContainmentEnforced {
@@ -250,8 +271,45 @@ func TestSupervisorReapsWithoutWait(t *testing.T) {
 	if got := p.LifetimeContainment(); got != e.Containment() {
 		t.Fatalf("containment %v, executor plans %v", got, e.Containment())
 	}
-	if entries, _ := filepath.Glob(filepath.Join(e.cgroupRoot, fmt.Sprintf("runbox-host-%d-*", os.Getpid()))); e.cgroupRoot != "" && len(entries) != 0 {
-		t.Fatalf("cgroups left behind: %v", entries)
+}
+
+func TestCgroupsAreReusedAndReleasedByClose(t *testing.T) {
+	e := newExecutor(t)
+	requireEnforced(t, e)
+	root := cgroupRoot(e)
+	before := len(ownCgroups(t, root))
+	cgroupOf := func() string {
+		out, code, err := e.RunArgv(testCtx(t), "", []string{"cat", "/proc/self/cgroup"})
+		if err != nil || code != 0 {
+			t.Fatalf("%d %v", code, err)
+		}
+		for _, l := range strings.Split(string(out), "\n") {
+			if p, ok := strings.CutPrefix(l, "0::"); ok {
+				return p
+			}
+		}
+		t.Fatalf("no cgroup v2 line in %q", out)
+		return ""
+	}
+	first, second := cgroupOf(), cgroupOf()
+	if !strings.Contains(first, "runbox-host-") || first != second {
+		t.Fatalf("an emptied cgroup was not reused: %q then %q", first, second)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(ownCgroups(t, root)); n > before {
+		t.Fatalf("Close left %d cgroups (had %d before)", n, before)
+	}
+	if _, err := os.Stat(filepath.Join(root, filepath.Base(first))); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("idle cgroup %s survived Close: %v", first, err)
+	}
+	// Still usable after Close, without the cache.
+	if third := cgroupOf(); third == first {
+		t.Fatalf("a removed cgroup was reused")
+	}
+	if _, err := os.Stat(filepath.Join(root, filepath.Base(first))); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("cgroup kept after Close: %v", err)
 	}
 }
 
@@ -261,11 +319,11 @@ func TestCleanupFailureIsReported(t *testing.T) {
 	// The process creates a child cgroup inside its own, which makes the
 	// final rmdir fail: teardown cannot complete and must say so.
 	script := `p=$(sed -n 's/^0:://p' /proc/self/cgroup); echo "cg ${p##*/}"; mkdir "$CGROOT/${p##*/}/sub"`
-	env := []string{"CGROOT=" + e.cgroupRoot}
+	env := []string{"CGROOT=" + cgroupRoot(e)}
 	cleanup := func(out string) {
 		for _, line := range strings.Split(out, "\n") {
 			if name, ok := strings.CutPrefix(line, "cg "); ok && name != "" {
-				dir := filepath.Join(e.cgroupRoot, name)
+				dir := filepath.Join(cgroupRoot(e), name)
 				os.Remove(filepath.Join(dir, "sub"))
 				if err := os.Remove(dir); err != nil {
 					t.Errorf("removing leftover cgroup: %v", err)
@@ -352,8 +410,8 @@ func TestNewSweepsStaleCgroups(t *testing.T) {
 		t.Fatal(err)
 	}
 	// pid_max itself is never a valid pid, so this owner is surely dead.
-	dead := filepath.Join(e.cgroupRoot, "runbox-host-"+strings.TrimSpace(string(b))+"-1-0")
-	live := filepath.Join(e.cgroupRoot, "runbox-host-1-1-0") // pid 1 always exists
+	dead := filepath.Join(cgroupRoot(e), "runbox-host-"+strings.TrimSpace(string(b))+"-1-0")
+	live := filepath.Join(cgroupRoot(e), "runbox-host-1-1-0") // pid 1 always exists
 	for _, d := range []string{dead, live} {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			t.Fatal(err)
