@@ -84,7 +84,10 @@ func (e *Executor) runTTY(ctx context.Context, cmd runbox.Command, streams runbo
 	// terminal open: after the wait delay, closing the master cuts it off.
 	waitOrTimeout(copied, e.cfg.waitDelay)
 	p.releaseOnce.Do(func() { closeFiles(p.files...) })
-	<-copied
+	// Closing interrupts the copy where the master is pollable (Linux). On
+	// macOS a read of the master blocks until the escaped descendant lets
+	// go, and Run does not wait for that forever.
+	waitOrTimeout(copied, e.cfg.waitDelay)
 	// A Read on Command.Stdin that never returns is not waited for past the
 	// wait delay; the closed master makes its next write fail.
 	if stdinDone != nil {
