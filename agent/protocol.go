@@ -50,11 +50,12 @@ const (
 	TypeCancel                      // c→a: kill the command's process group
 	TypeExit                        // a→c: JSON Exit; the command is over
 	TypeError                       // a→c, id 0: JSON Fatal; the agent ends the connection
+	TypeStdinAck                    // a→c: JSON StdinAck; stdin bytes handed to the command
 	typeEnd                         // first invalid type
 )
 
 var typeNames = [...]string{"invalid", "hello", "start", "accepted", "started", "start-failed", "stdin",
-	"stdin-eof", "stdout", "stderr", "resize", "signal", "cancel", "exit", "error"}
+	"stdin-eof", "stdout", "stderr", "resize", "signal", "cancel", "exit", "error", "stdin-ack"}
 
 // String returns the type's name.
 func (t Type) String() string {
@@ -119,6 +120,16 @@ type Exit struct {
 	Code   int    `json:"code"`
 	Signal string `json:"signal,omitempty"`
 }
+
+// StdinAck returns stdin credit: the client keeps at most StdinWindow
+// unacknowledged stdin bytes in flight, so that a command that does not
+// read its input can never stall the connection (and with it a cancel).
+type StdinAck struct {
+	Bytes int `json:"bytes"`
+}
+
+// StdinWindow is the most stdin data a client may have unacknowledged.
+const StdinWindow = 1 << 20
 
 // Fatal is the agent's last word on a broken connection.
 type Fatal struct {

@@ -36,6 +36,11 @@ type Executor struct {
 	owner        string
 	closeTimeout time.Duration
 	raw          *http.Client // for the few endpoints whose client decoding loses information
+
+	agentPath    string
+	agentMode    agentMode
+	agentTimeout time.Duration
+	localEngine  bool // the Engine shares this machine's filesystem (unix socket)
 }
 
 var _ runbox.Executor = (*Executor)(nil)
@@ -49,6 +54,9 @@ type config struct {
 	defaultSpec  *runbox.Spec
 	owner        string
 	closeTimeout time.Duration
+	agentPath    string
+	agentMode    agentMode
+	localEngine  *bool
 }
 
 // WithHost connects to the Engine at host (for example
@@ -105,6 +113,17 @@ func WithCloseTimeout(d time.Duration) Option {
 	}
 }
 
+// WithRemoteEngine treats the Engine as remote even on a unix socket: the
+// agent is copied into each session and reached through the Engine, and
+// no host directory is bind-mounted.
+func WithRemoteEngine() Option {
+	return func(c *config) error {
+		f := false
+		c.localEngine = &f
+		return nil
+	}
+}
+
 // New returns an Executor for the Engine named by the environment
 // (DOCKER_HOST, DOCKER_TLS_VERIFY, DOCKER_CERT_PATH, DOCKER_API_VERSION)
 // unless options say otherwise. The API version is negotiated with the
@@ -121,6 +140,9 @@ func New(opts ...Option) (*Executor, error) {
 		defaultSpec:  c.defaultSpec,
 		owner:        c.owner,
 		closeTimeout: c.closeTimeout,
+		agentPath:    c.agentPath,
+		agentMode:    c.agentMode,
+		agentTimeout: 10 * time.Second,
 	}
 	if e.cli == nil {
 		all := append([]client.Opt{client.FromEnv}, c.clientOpts...)
@@ -129,6 +151,10 @@ func New(opts ...Option) (*Executor, error) {
 			return nil, fmt.Errorf("runbox/docker: engine client: %w", err)
 		}
 		e.cli, e.ownsClient = cli, true
+	}
+	e.localEngine = strings.HasPrefix(e.cli.DaemonHost(), "unix://")
+	if c.localEngine != nil {
+		e.localEngine = *c.localEngine
 	}
 	dial := e.cli.Dialer()
 	e.raw = &http.Client{Transport: &http.Transport{

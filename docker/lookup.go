@@ -3,6 +3,7 @@ package docker
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"regexp"
 	"sort"
 	"strings"
@@ -126,5 +127,26 @@ func (e *Executor) Session(ctx context.Context, ref string) (*Session, error) {
 	if hc := res.Container.HostConfig; hc != nil {
 		spec.Network = runbox.NetworkPolicy(hc.NetworkMode)
 	}
-	return &Session{e: e, id: info.ID, spec: spec}, nil
+	s := &Session{e: e, id: info.ID, spec: spec}
+	if ep := spec.Process; len(ep) >= 6 && ep[0] == agentInPath && ep[5] == "--" {
+		// A session with an agent: connect to it as Open did.
+		plan := &agentPlan{lifetime: ep[6:]}
+		for _, m := range res.Container.Mounts {
+			if m.Destination == agentRunDir && m.Type == "bind" {
+				plan.local, plan.runDir = true, filepath.Dir(m.Source)
+			}
+		}
+		if plan.local && !e.localEngine {
+			plan.local, plan.runDir = false, ""
+		}
+		s.spec.Process, s.plan = plan.lifetime, plan
+		if res.Container.State != nil && res.Container.State.Running {
+			c, err := e.connectAgent(ctx, s, plan)
+			if err != nil {
+				return nil, err
+			}
+			s.agent = c
+		}
+	}
+	return s, nil
 }

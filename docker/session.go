@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
 	"path"
 	"sync"
 	"sync/atomic"
@@ -16,6 +17,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/agent"
 )
 
 // Session is one running container. Its methods are safe for concurrent use
@@ -28,6 +30,9 @@ type Session struct {
 
 	mu     sync.Mutex  // serializes Run and Snapshot
 	closed atomic.Bool // set first thing in Close
+
+	agent *agent.Client // nil: plain Engine exec
+	plan  *agentPlan
 
 	closeMu sync.Mutex
 	removed bool
@@ -68,9 +73,21 @@ func (e *Executor) open(ctx context.Context, spec runbox.Spec) (*Session, error)
 	if err := e.checkNetwork(ctx, spec.Network); err != nil {
 		return nil, err
 	}
+	plan, err := e.planAgent(ctx, spec)
+	if err != nil {
+		return nil, err
+	}
 	cfg, hostCfg := containerConfig(spec, e.owner, time.Now())
+	if plan != nil {
+		if err := plan.apply(cfg, hostCfg); err != nil {
+			return nil, err
+		}
+	}
 	created, err := e.cli.ContainerCreate(ctx, client.ContainerCreateOptions{Config: cfg, HostConfig: hostCfg, Name: spec.Name})
 	if err != nil {
+		if plan != nil && plan.runDir != "" {
+			os.RemoveAll(plan.runDir)
+		}
 		if cerrdefs.IsConflict(err) {
 			return nil, fmt.Errorf("%w: %w", runbox.ErrInvalidSpec, err)
 		}
@@ -79,7 +96,7 @@ func (e *Executor) open(ctx context.Context, spec runbox.Spec) (*Session, error)
 		}
 		return nil, classifyImageErr(spec.Image, err)
 	}
-	s := &Session{e: e, id: created.ID, spec: spec}
+	s := &Session{e: e, id: created.ID, spec: spec, plan: plan}
 	if err := e.start(ctx, s); err != nil {
 		if rmErr := s.remove(ctx); rmErr != nil {
 			err = errors.Join(err, rmErr)
@@ -92,11 +109,24 @@ func (e *Executor) open(ctx context.Context, spec runbox.Spec) (*Session, error)
 // start starts the container and confirms that its lifetime process is
 // still running, so that a process that exits at once is reported here.
 func (e *Executor) start(ctx context.Context, s *Session) error {
+	if s.plan != nil {
+		if err := e.deliver(ctx, s.id, s.plan); err != nil {
+			return err
+		}
+	}
 	if _, err := e.cli.ContainerStart(ctx, s.id, client.ContainerStartOptions{}); err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("runbox/docker: open: %w: %w", runbox.ErrCancelled, ctx.Err())
 		}
 		return fmt.Errorf("runbox/docker: open: starting the lifetime process: %w: %w", runbox.ErrStart, engineErr(err))
+	}
+	if s.plan != nil {
+		c, err := e.connectAgent(ctx, s, s.plan)
+		if err != nil {
+			return err
+		}
+		s.agent = c
+		return nil
 	}
 	return s.checkRunning(ctx)
 }
@@ -123,6 +153,21 @@ func (s *Session) checkRunning(ctx context.Context) error {
 		msg += ": " + st.Error
 	}
 	return fmt.Errorf("%w: %s", runbox.ErrSessionEnded, msg)
+}
+
+// endedAfterLoss tells a lost agent connection caused by the session
+// ending (the agent is PID 1, so its death stops the container a moment
+// later) from a transport failure, waiting at most a few seconds.
+func (s *Session) endedAfterLoss(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	wait := s.e.cli.ContainerWait(ctx, s.id, client.ContainerWaitOptions{Condition: container.WaitConditionNotRunning})
+	select {
+	case <-wait.Result:
+	case <-wait.Error:
+	case <-ctx.Done():
+	}
+	return s.checkRunning(context.WithoutCancel(ctx))
 }
 
 // checkNetwork rejects a named network the Engine does not know. The
@@ -196,8 +241,8 @@ func (s *Session) run(ctx context.Context, cmd runbox.Command, streams runbox.St
 	if err := cmd.Validate(); err != nil {
 		return runbox.Result{}, err
 	}
-	if cmd.CleanEnv {
-		return runbox.Result{}, fmt.Errorf("%w: CleanEnv: the Engine's exec always adds the container's environment, and this session has no in-container helper to clear it", runbox.ErrUnsupported)
+	if cmd.CleanEnv && s.agent == nil {
+		return runbox.Result{}, fmt.Errorf("%w: CleanEnv: the Engine's exec always adds the container's environment; a session needs the runbox agent to clear it", runbox.ErrUnsupported)
 	}
 	if ctx.Err() != nil {
 		return runbox.Result{}, cancelled(ctx, "")
@@ -207,7 +252,13 @@ func (s *Session) run(ctx context.Context, cmd runbox.Command, streams runbox.St
 	if s.closed.Load() {
 		return runbox.Result{}, runbox.ErrSessionClosed
 	}
-	res, err := s.exec(ctx, cmd, streams)
+	var res runbox.Result
+	var err error
+	if s.agent != nil {
+		res, err = s.runAgent(ctx, cmd, streams)
+	} else {
+		res, err = s.exec(ctx, cmd, streams)
+	}
 	if s.closed.Load() && !errors.Is(err, runbox.ErrCancelled) {
 		// Close overlapped this Run and killed the command: whatever the
 		// Engine reported afterwards is not the command's own outcome.
@@ -241,7 +292,7 @@ func (s *Session) Snapshot(ctx context.Context, opts runbox.SnapshotOptions) (ru
 		Comment:   opts.Comment,
 		Author:    opts.Author,
 		NoPause:   !opts.Pause,
-		Config:    &container.Config{Labels: snapshotLabels(opts.Labels)},
+		Config:    s.snapshotConfig(opts.Labels),
 	})
 	if err != nil {
 		if s.closed.Load() {
@@ -250,6 +301,32 @@ func (s *Session) Snapshot(ctx context.Context, opts runbox.SnapshotOptions) (ru
 		return runbox.Image{}, fmt.Errorf("runbox/docker: snapshot: %w", engineErr(err))
 	}
 	return s.e.InspectImage(ctx, res.ID)
+}
+
+// snapshotConfig is the image config a snapshot gets over the container's.
+// With an agent, the container's entrypoint is the agent, which lives
+// outside the snapshot; the snapshot gets the lifetime process instead.
+func (s *Session) snapshotConfig(labels map[string]string) *container.Config {
+	cfg := &container.Config{Labels: snapshotLabels(labels)}
+	if s.plan != nil {
+		cfg.Entrypoint = s.plan.lifetime
+	}
+	return cfg
+}
+
+// Agent reports whether the session runs commands through the runbox
+// agent (fast, killable) rather than plain Engine exec.
+func (s *Session) Agent() bool { return s.agent != nil }
+
+// LifetimeContainment reports what cancelling a command achieves: with the
+// agent, its process group is killed (best effort: a process that leaves
+// the group survives until Close); with plain Engine exec nothing is
+// killed until Close. Close itself always removes every process.
+func (s *Session) LifetimeContainment() runbox.LifetimeContainment {
+	if s.agent != nil {
+		return runbox.LifetimeContainmentBestEffort
+	}
+	return runbox.LifetimeContainmentUnspecified
 }
 
 // Close removes the container, killing every process in it, together with
@@ -267,6 +344,9 @@ func (s *Session) remove(ctx context.Context) error {
 	if s.removed {
 		return nil
 	}
+	if s.agent != nil {
+		s.agent.Close()
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.e.closeTimeout)
 	defer cancel()
 	_, err := s.e.cli.ContainerRemove(ctx, s.id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
@@ -274,6 +354,11 @@ func (s *Session) remove(ctx context.Context) error {
 		return fmt.Errorf("%w: removing container %s: %w", runbox.ErrCleanup, shortID(s.id), engineErr(err))
 	}
 	s.removed = true
+	if s.plan != nil && s.plan.runDir != "" {
+		if err := os.RemoveAll(s.plan.runDir); err != nil {
+			return fmt.Errorf("%w: removing the agent's directory: %w", runbox.ErrCleanup, err)
+		}
+	}
 	return nil
 }
 

@@ -31,7 +31,7 @@ var (
 )
 
 // runboxBinary builds cmd/runbox once per test run.
-func runboxBinary(t *testing.T) string {
+func runboxBinary(t testing.TB) string {
 	t.Helper()
 	needEngine(t)
 	cliOnce.Do(func() {
@@ -40,7 +40,10 @@ func runboxBinary(t *testing.T) string {
 			return
 		}
 		cliPath = filepath.Join(cliDir, "runbox")
-		out, err := exec.Command("go", "build", "-o", cliPath, "../cmd/runbox").CombinedOutput()
+		build := exec.Command("go", "build", "-o", cliPath, "../cmd/runbox")
+		// Static, so that the binary can also serve as the in-session agent.
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		out, err := build.CombinedOutput()
 		if err != nil {
 			cliErr = errors.New(string(out))
 		}

@@ -41,7 +41,7 @@ never as a missing image.`,
 		Example: "  runbox image inspect busybox:latest\n  runbox image inspect --json busybox:latest | jq -r .id",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			e, err := docker.New()
+			e, err := newEngine()
 			if err != nil {
 				return err
 			}
@@ -95,7 +95,7 @@ unauthorized) fail the command with exit status 125.`,
 				}
 				opts.Platform = &p
 			}
-			e, err := docker.New()
+			e, err := newEngine()
 			if err != nil {
 				return err
 			}

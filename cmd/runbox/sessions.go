@@ -59,7 +59,7 @@ process exits or ` + "`runbox close`" + ` removes it.`,
 			if err != nil {
 				return err
 			}
-			e, err := docker.New(docker.WithOwner(cliOwner()))
+			e, err := newEngine(docker.WithOwner(cliOwner()))
 			if err != nil {
 				return err
 			}
@@ -104,7 +104,7 @@ the session is closed.`,
 			if err != nil {
 				return err
 			}
-			e, err := docker.New()
+			e, err := newEngine()
 			if err != nil {
 				return err
 			}
@@ -144,7 +144,7 @@ terminal however the command ends. It needs a terminal on stdin.`,
 			if err := c.Validate(); err != nil {
 				return err
 			}
-			e, err := docker.New()
+			e, err := newEngine()
 			if err != nil {
 				return err
 			}
@@ -226,7 +226,7 @@ is not paused unless --pause is given.`,
 		Example: "  runbox snapshot --tag work:after-build $id",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			e, err := docker.New()
+			e, err := newEngine()
 			if err != nil {
 				return err
 			}
@@ -255,7 +255,7 @@ func newClose() *cobra.Command {
 		Example: "  runbox close $id\n  runbox close work other",
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			e, err := docker.New()
+			e, err := newEngine()
 			if err != nil {
 				return err
 			}
@@ -298,7 +298,7 @@ creating process, or "hostname/cli" for sessions opened with runbox open).`,
 		Example: "  runbox ls\n  runbox ls --json | jq -r '.[].id'",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			e, err := docker.New()
+			e, err := newEngine()
 			if err != nil {
 				return err
 			}
@@ -353,7 +353,7 @@ is given, which removes every runbox session. Prints the removed IDs.`,
 		Example: "  runbox prune\n  runbox prune --all",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			e, err := docker.New()
+			e, err := newEngine()
 			if err != nil {
 				return err
 			}
@@ -428,7 +428,7 @@ the image needs a sleep program unless --process names another.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			e, err := docker.New()
+			e, err := newEngine()
 			if err != nil {
 				return err
 			}

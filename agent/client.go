@@ -1,0 +1,426 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+)
+
+// ErrConnectionLost reports that the connection to the agent broke (or the
+// agent died) while a command was pending: its outcome is unknown.
+var ErrConnectionLost = errors.New("runbox/agent: connection to the agent lost")
+
+// StartError is the agent's reason for not starting a command.
+type StartError struct{ Message string }
+
+// Error implements error.
+func (e *StartError) Error() string { return e.Message }
+
+// Client multiplexes commands over one connection to an agent. It is safe
+// for concurrent use.
+type Client struct {
+	rw  io.ReadWriteCloser
+	wmu sync.Mutex
+
+	mu       sync.Mutex
+	calls    map[uint32]*Call
+	nextID   uint32
+	err      error         // why the connection ended
+	closed   chan struct{} // closed when the connection ended
+	agentPid int
+}
+
+// NewClient performs the handshake on rw within timeout and starts
+// reading. The Client owns rw and closes it in Close.
+func NewClient(rw io.ReadWriteCloser, timeout time.Duration) (*Client, error) {
+	c := &Client{rw: rw, calls: map[uint32]*Call{}, closed: make(chan struct{})}
+	r := NewReader(rw)
+	type result struct {
+		h   Hello
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		if err := c.write(func(w io.Writer) error { return WriteJSON(w, TypeHello, 0, Hello{Version: Version}) }); err != nil {
+			got <- result{err: err}
+			return
+		}
+		f, err := r.Next()
+		if err != nil {
+			got <- result{err: err}
+			return
+		}
+		var h Hello
+		if f.Type == TypeError {
+			var fe Fatal
+			_ = Decode(f, &fe)
+			got <- result{err: fmt.Errorf("%w: agent refused: %s", ErrProtocol, fe.Error)}
+			return
+		}
+		if f.Type != TypeHello {
+			got <- result{err: fmt.Errorf("%w: expected hello, got %s", ErrProtocol, f.Type)}
+			return
+		}
+		if err := Decode(f, &h); err != nil {
+			got <- result{err: err}
+			return
+		}
+		got <- result{h: h}
+	}()
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case res := <-got:
+		if res.err != nil {
+			rw.Close()
+			return nil, fmt.Errorf("runbox/agent: handshake: %w", res.err)
+		}
+		if res.h.Version != Version {
+			rw.Close()
+			return nil, fmt.Errorf("%w: agent speaks version %d, want %d", ErrProtocol, res.h.Version, Version)
+		}
+		c.agentPid = res.h.Pid
+	case <-t.C:
+		rw.Close()
+		<-got
+		return nil, fmt.Errorf("runbox/agent: handshake: no answer within %s", timeout)
+	}
+	go c.readLoop(r)
+	return c, nil
+}
+
+// AgentPid is the agent's process ID in the session (1 when it is init).
+func (c *Client) AgentPid() int { return c.agentPid }
+
+// Done is closed when the connection has ended.
+func (c *Client) Done() <-chan struct{} { return c.closed }
+
+// Err returns why the connection ended, or nil while it is open.
+func (c *Client) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Close ends the connection; the agent kills the commands still running.
+func (c *Client) Close() error {
+	c.fail(errors.New("client closed"))
+	return nil
+}
+
+func (c *Client) fail(err error) {
+	c.mu.Lock()
+	if c.err == nil {
+		c.err = err
+		close(c.closed)
+		c.rw.Close()
+	}
+	c.mu.Unlock()
+}
+
+func (c *Client) write(fn func(io.Writer) error) error {
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if err := fn(c.rw); err != nil {
+		c.fail(err)
+		return fmt.Errorf("%w: %w", ErrConnectionLost, err)
+	}
+	return nil
+}
+
+func (c *Client) send(t Type, id uint32, payload []byte) error {
+	return c.write(func(w io.Writer) error { return WriteFrame(w, Frame{Type: t, ID: id, Payload: payload}) })
+}
+
+func (c *Client) sendJSON(t Type, id uint32, v any) error {
+	return c.write(func(w io.Writer) error { return WriteJSON(w, t, id, v) })
+}
+
+func (c *Client) readLoop(r *Reader) {
+	for {
+		f, err := r.Next()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				err = errors.New("the agent closed the connection")
+			}
+			c.fail(err)
+			return
+		}
+		if f.ID == 0 {
+			if f.Type == TypeError {
+				var fe Fatal
+				_ = Decode(f, &fe)
+				c.fail(fmt.Errorf("agent: %s", fe.Error))
+				return
+			}
+			continue
+		}
+		c.mu.Lock()
+		call := c.calls[f.ID]
+		if call != nil && (f.Type == TypeExit || f.Type == TypeStartFailed) {
+			delete(c.calls, f.ID)
+		}
+		c.mu.Unlock()
+		if call == nil {
+			continue
+		}
+		if f.Type == TypeStdinAck {
+			var a StdinAck
+			if Decode(f, &a) == nil {
+				call.credit(a.Bytes)
+			}
+			continue
+		}
+		ev := Frame{Type: f.Type, ID: f.ID, Payload: append([]byte(nil), f.Payload...)}
+		select {
+		case call.events <- ev:
+		case <-call.abandoned:
+		case <-c.closed:
+			return
+		}
+	}
+}
+
+// Call is one command started through the agent.
+type Call struct {
+	c         *Client
+	id        uint32
+	events    chan Frame
+	abandoned chan struct{}
+	abandon   sync.Once
+
+	cmu      sync.Mutex
+	ccond    *sync.Cond
+	inflight int
+	finished bool
+}
+
+// Start sends a start request. Read the call's outcome with Run-style
+// helpers (Events) and always call Abandon when done.
+func (c *Client) Start(req StartRequest) (*Call, error) {
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		return nil, fmt.Errorf("%w: %w", ErrConnectionLost, err)
+	}
+	c.nextID++
+	call := &Call{c: c, id: c.nextID, events: make(chan Frame, 64), abandoned: make(chan struct{})}
+	call.ccond = sync.NewCond(&call.cmu)
+	c.calls[call.id] = call
+	c.mu.Unlock()
+	if err := c.sendJSON(TypeStart, call.id, req); err != nil {
+		call.Abandon()
+		return nil, err
+	}
+	return call, nil
+}
+
+// Events delivers the call's frames: accepted, started, start-failed,
+// stdout, stderr and exit.
+func (call *Call) Events() <-chan Frame { return call.events }
+
+// Abandon stops delivery; frames still arriving for the call are dropped.
+func (call *Call) Abandon() {
+	call.abandon.Do(func() {
+		close(call.abandoned)
+		call.c.mu.Lock()
+		delete(call.c.calls, call.id)
+		call.c.mu.Unlock()
+		call.cmu.Lock()
+		call.finished = true
+		call.ccond.Broadcast()
+		call.cmu.Unlock()
+	})
+}
+
+func (call *Call) credit(n int) {
+	call.cmu.Lock()
+	call.inflight -= n
+	call.ccond.Broadcast()
+	call.cmu.Unlock()
+}
+
+// WriteStdin sends input within the stdin window, waiting for credit.
+func (call *Call) WriteStdin(b []byte) error {
+	for len(b) > 0 {
+		n := min(len(b), 32<<10)
+		call.cmu.Lock()
+		for call.inflight+n > StdinWindow && !call.finished && call.c.Err() == nil {
+			call.ccond.Wait()
+		}
+		if call.finished {
+			call.cmu.Unlock()
+			return io.ErrClosedPipe
+		}
+		call.inflight += n
+		call.cmu.Unlock()
+		if err := call.c.send(TypeStdin, call.id, b[:n]); err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+// CloseStdin delivers EOF to the command's stdin.
+func (call *Call) CloseStdin() error { return call.c.send(TypeStdinEOF, call.id, nil) }
+
+// Signal sends sig (a signal number) to the command's process group.
+func (call *Call) Signal(sig int) error {
+	return call.c.sendJSON(TypeSignal, call.id, Signal{Signal: sig})
+}
+
+// Cancel kills the command's process group.
+func (call *Call) Cancel() error { return call.c.send(TypeCancel, call.id, nil) }
+
+// Resize sets the command's terminal size.
+func (call *Call) Resize(rows, cols uint16) error {
+	return call.c.sendJSON(TypeResize, call.id, Resize{Rows: rows, Cols: cols})
+}
+
+// wakeOnClose unblocks stdin writers when the connection ends.
+func (call *Call) wakeOnClose() {
+	select {
+	case <-call.c.closed:
+	case <-call.abandoned:
+	}
+	call.cmu.Lock()
+	call.ccond.Broadcast()
+	call.cmu.Unlock()
+}
+
+// RunOptions are the streams of one Run.
+type RunOptions struct {
+	Stdin          io.Reader // nil: EOF at once (without a terminal)
+	Stdout, Stderr io.Writer // nil: discard
+	// CancelGrace bounds how long Run waits for the agent to confirm a
+	// cancelled command's end.
+	CancelGrace time.Duration
+	// Started, when set, is called with the command's process ID.
+	Started func(pid int)
+	// Resize delivers terminal sizes while the command runs.
+	Resize <-chan Resize
+}
+
+// Run starts req and waits for it, writing its output to the writers from
+// the calling goroutine only. A start failure is a *StartError; a lost
+// connection wraps ErrConnectionLost; when ctx ends the command's process
+// group is killed and ctx's error is returned.
+func (c *Client) Run(ctx context.Context, req StartRequest, o RunOptions) (Exit, error) {
+	call, err := c.Start(req)
+	if err != nil {
+		return Exit{}, err
+	}
+	defer call.Abandon()
+	go call.wakeOnClose()
+	stdout, stderr := o.Stdout, o.Stderr
+	if stdout == nil {
+		stdout = io.Discard
+	}
+	if stderr == nil {
+		stderr = io.Discard
+	}
+	if o.CancelGrace == 0 {
+		o.CancelGrace = 5 * time.Second
+	}
+	stdinStarted := false
+	startStdin := func() {
+		if stdinStarted {
+			return
+		}
+		stdinStarted = true
+		if o.Stdin == nil {
+			if !req.TTY {
+				_ = call.CloseStdin()
+			}
+			return
+		}
+		go func() {
+			buf := make([]byte, 32<<10)
+			for {
+				n, err := o.Stdin.Read(buf)
+				if n > 0 && call.WriteStdin(buf[:n]) != nil {
+					return
+				}
+				if err != nil {
+					if !req.TTY {
+						_ = call.CloseStdin()
+					}
+					return
+				}
+			}
+		}()
+	}
+	var writeErr error
+	for {
+		select {
+		case f := <-call.events:
+			switch f.Type {
+			case TypeAccepted:
+			case TypeStarted:
+				var s Started
+				_ = Decode(f, &s)
+				if o.Started != nil {
+					o.Started(s.Pid)
+				}
+				startStdin()
+			case TypeStartFailed:
+				var sf StartFailed
+				_ = Decode(f, &sf)
+				return Exit{}, &StartError{Message: sf.Error}
+			case TypeStdout, TypeStderr:
+				if writeErr != nil {
+					continue
+				}
+				w := stdout
+				if f.Type == TypeStderr {
+					w = stderr
+				}
+				if _, err := w.Write(f.Payload); err != nil {
+					writeErr = err
+					_ = call.Cancel()
+				}
+			case TypeExit:
+				var ex Exit
+				if err := Decode(f, &ex); err != nil {
+					return Exit{}, err
+				}
+				if writeErr != nil {
+					return Exit{}, fmt.Errorf("writing the command's output: %w", writeErr)
+				}
+				return ex, nil
+			}
+		case sz := <-o.Resize:
+			_ = call.Resize(sz.Rows, sz.Cols)
+		case <-ctx.Done():
+			_ = call.Cancel()
+			call.waitExit(o.CancelGrace)
+			return Exit{}, context.Cause(ctx)
+		case <-c.closed:
+			return Exit{}, fmt.Errorf("%w: %w", ErrConnectionLost, c.Err())
+		}
+	}
+}
+
+// waitExit discards output until the command's exit arrives or grace
+// passes, so that a cancelled Run returns only once the kill took effect.
+func (call *Call) waitExit(grace time.Duration) {
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	for {
+		select {
+		case f := <-call.events:
+			if f.Type == TypeExit || f.Type == TypeStartFailed {
+				return
+			}
+		case <-t.C:
+			return
+		case <-call.c.closed:
+			return
+		}
+	}
+}
