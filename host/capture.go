@@ -5,13 +5,12 @@ import (
 	"io"
 	"os"
 	"sync"
-
-	"github.com/runbox-dev/runbox"
+	"time"
 )
 
 // capture collects combined output for the RunArgv family. It is written by
-// a single os/exec copying goroutine (stdout and stderr share one pipe) and
-// read only after the process has been waited for.
+// a single copying goroutine (stdout and stderr share one pipe) and read
+// only after that goroutine has finished.
 type capture struct {
 	limit int // 0: unlimited
 	buf   []byte
@@ -61,52 +60,141 @@ func (c *capture) grow(n int) {
 func (c *capture) bytes() []byte  { return c.buf }
 func (c *capture) exceeded() bool { return c.over }
 
-// streamWriters adapts runbox.Streams for exec.Cmd. *os.File writers are
-// handed to the child directly (no copy at all); other writers are wrapped
-// in stickyWriters that share one mutex, so every Write to the caller is
-// serialized even when the same non-comparable writer is used for both
-// streams.
-type streamWriters struct {
-	stdout, stderr io.Writer // what exec.Cmd gets; nil means the null device
-	outW, errW     *stickyWriter
+// outputs wires a process's stdout and stderr for Run and the output
+// helpers. *os.File writers are handed to the child directly (no copy at
+// all); every other distinct writer gets a pipe of our own and one copying
+// goroutine. Owning the pipe lets teardown, not os/exec, decide when to
+// stop reading, and lets the pipe be larger than the default (see
+// growPipe), which halves the wake-ups of a heavy writer.
+type outputs struct {
+	stdout, stderr *os.File // what the child gets; nil is the null device
+	pipes          []*outputPipe
 }
 
-func newStreamWriters(s runbox.Streams) *streamWriters {
-	w := &streamWriters{}
-	mu := new(sync.Mutex)
-	wrap := func(x io.Writer, name string) (io.Writer, *stickyWriter) {
-		if x == nil {
+// newOutputs prepares the pipes. With the same writer for both streams
+// (compared without panicking on non-comparable types) both share one pipe,
+// which keeps the order the process wrote in.
+func newOutputs(stdout, stderr io.Writer) (*outputs, error) {
+	o := &outputs{}
+	mu := new(sync.Mutex) // serializes writes across both streams
+	wire := func(w io.Writer, name string) (*os.File, error) {
+		if w == nil {
 			return nil, nil
 		}
-		if f, ok := x.(*os.File); ok {
-			if f == nil {
-				return nil, nil
-			}
-			return f, nil
+		if f, ok := w.(*os.File); ok {
+			return f, nil // a nil *os.File is the null device too
 		}
-		sw := &stickyWriter{mu: mu, w: x, name: name}
-		return sw, sw
+		op, err := newOutputPipe(&stickyWriter{mu: mu, w: w, name: name})
+		if err != nil {
+			return nil, err
+		}
+		o.pipes = append(o.pipes, op)
+		return op.w, nil
 	}
-	w.stdout, w.outW = wrap(s.Stdout, "stdout")
-	if s.Stdout != nil && s.Stderr != nil && sameWriter(s.Stdout, s.Stderr) {
-		// The same value for both: os/exec then shares one pipe and one
-		// goroutine, preserving the order the process wrote in.
-		w.stderr = w.stdout
-	} else {
-		w.stderr, w.errW = wrap(s.Stderr, "stderr")
+	var err error
+	if o.stdout, err = wire(stdout, "stdout"); err != nil {
+		return nil, err
 	}
-	return w
+	if stdout != nil && stderr != nil && sameWriter(stdout, stderr) {
+		o.stderr = o.stdout
+	} else if o.stderr, err = wire(stderr, "stderr"); err != nil {
+		o.abort()
+		return nil, err
+	}
+	return o, nil
+}
+
+// start begins copying once the child holds the write ends.
+func (o *outputs) start() {
+	for _, op := range o.pipes {
+		op.start()
+	}
+}
+
+// abort releases the pipes of a process that did not start.
+func (o *outputs) abort() {
+	for _, op := range o.pipes {
+		closeFiles(op.r, op.w)
+	}
+}
+
+// finish runs after teardown: it lets the copies drain to end-of-file,
+// cuts off after delay a pipe that an escaped descendant still holds, and
+// returns only when no goroutine will use a caller's writer again.
+func (o *outputs) finish(delay time.Duration) {
+	var timer *time.Timer
+	for _, op := range o.pipes {
+		select {
+		case <-op.done:
+		default:
+			if timer == nil {
+				timer = time.NewTimer(delay)
+				defer timer.Stop()
+			}
+			select {
+			case <-op.done:
+			case <-timer.C:
+				// Expired: cut off this pipe and any later one.
+				timer.Reset(0)
+			}
+		}
+		op.r.Close()
+		<-op.done
+	}
 }
 
 // err returns the first error a caller's writer returned. It must be called
-// after the process has been waited for.
-func (w *streamWriters) err() error {
-	for _, sw := range []*stickyWriter{w.outW, w.errW} {
-		if sw != nil && sw.err != nil {
+// after finish.
+func (o *outputs) err() error {
+	for _, op := range o.pipes {
+		if sw, ok := op.dst.(*stickyWriter); ok && sw.err != nil {
 			return fmt.Errorf("host: writing %s: %w", sw.name, sw.err)
 		}
 	}
 	return nil
+}
+
+// copyBufSize is the copy buffer: a quarter of the enlarged pipe, so that a
+// read rarely finds the pipe empty before the next write refills it.
+const copyBufSize = 64 << 10
+
+var copyBufs = sync.Pool{New: func() any { b := make([]byte, copyBufSize); return &b }}
+
+// outputPipe is one pipe from the child to a writer.
+type outputPipe struct {
+	r, w *os.File
+	dst  io.Writer
+	done chan struct{}
+}
+
+func newOutputPipe(dst io.Writer) (*outputPipe, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	growPipe(w)
+	return &outputPipe{r: r, w: w, dst: dst, done: make(chan struct{})}, nil
+}
+
+func (op *outputPipe) start() {
+	// The child has its own copy; ours would hide end-of-file.
+	op.w.Close()
+	go func() {
+		defer close(op.done)
+		bp := copyBufs.Get().(*[]byte)
+		defer copyBufs.Put(bp)
+		buf := *bp
+		for {
+			n, err := op.r.Read(buf)
+			if n > 0 {
+				// Write errors are kept by the writer, which then discards.
+				_, _ = op.dst.Write(buf[:n])
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
 }
 
 // sameWriter compares two writers without panicking on non-comparable

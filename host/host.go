@@ -190,24 +190,31 @@ func (e *Executor) Run(ctx context.Context, cmd runbox.Command, streams runbox.S
 	if err != nil {
 		return failed, err
 	}
-	out := newStreamWriters(streams)
+	out, err := newOutputs(streams.Stdout, streams.Stderr)
+	if err != nil {
+		return failed, fmt.Errorf("%w: output pipe: %w", runbox.ErrStart, err)
+	}
 	in, err := newStdinCopier(cmd.Stdin)
 	if err != nil {
+		out.abort()
 		return failed, fmt.Errorf("%w: stdin pipe: %w", runbox.ErrStart, err)
 	}
 	build := func() *exec.Cmd {
 		c := spec.cmd(e.cfg.waitDelay)
 		c.Stdin = in.childSide()
-		c.Stdout, c.Stderr = out.stdout, out.stderr
+		c.Stdout, c.Stderr = fileOrNil(out.stdout), fileOrNil(out.stderr)
 		return c
 	}
 	p := e.newProc()
 	if err := e.start(p, spec, build, false); err != nil {
 		in.abort()
+		out.abort()
 		return failed, err
 	}
+	out.start()
 	in.start()
 	waitErr := p.superviseInline(ctx)
+	out.finish(e.cfg.waitDelay)
 	in.finish(e.cfg.waitDelay)
 	res, err := p.outcome()
 	switch {
@@ -280,30 +287,37 @@ func (e *Executor) runCombined(ctx context.Context, spec *launchSpec, limit int)
 	}
 	p := e.newProc()
 	sink := newCapture(limit, p.kill)
+	// One pipe for both streams keeps the interleaving the process produced.
+	op, err := newOutputPipe(sink)
+	if err != nil {
+		return nil, -1, fmt.Errorf("%w: output pipe: %w", runbox.ErrStart, err)
+	}
+	out := &outputs{stdout: op.w, stderr: op.w, pipes: []*outputPipe{op}}
 	build := func() *exec.Cmd {
 		c := spec.cmd(e.cfg.waitDelay)
-		// One writer for both streams: os/exec then uses a single pipe, which
-		// keeps the interleaving the process produced.
-		c.Stdout, c.Stderr = sink, sink
+		c.Stdout, c.Stderr = op.w, op.w
 		return c
 	}
 	if err := e.start(p, spec, build, false); err != nil {
+		out.abort()
 		return nil, -1, err
 	}
+	out.start()
 	waitErr := p.superviseInline(ctx)
-	out := sink.bytes()
+	out.finish(e.cfg.waitDelay)
+	b := sink.bytes()
 	res, err := p.outcome()
 	switch {
 	case waitErr != nil:
-		return out, -1, joinCleanup(waitErr, p)
+		return b, -1, joinCleanup(waitErr, p)
 	case sink.exceeded():
-		return out, -1, joinCleanup(fmt.Errorf("%w: more than %d bytes of output", runbox.ErrOutputLimit, limit), p)
+		return b, -1, joinCleanup(fmt.Errorf("%w: more than %d bytes of output", runbox.ErrOutputLimit, limit), p)
 	case err != nil:
-		return out, -1, err
+		return b, -1, err
 	case res.Signal != "":
-		return out, -1, fmt.Errorf("%w: %s", ErrSignaled, res.Signal)
+		return b, -1, fmt.Errorf("%w: %s", ErrSignaled, res.Signal)
 	}
-	return out, res.ExitCode, nil
+	return b, res.ExitCode, nil
 }
 
 // await waits for a process supervised by another goroutine. When ctx ends
@@ -326,6 +340,15 @@ func (e *Executor) await(ctx context.Context, p *proc) error {
 			return cancelled(ctx.Err())
 		}
 	}
+}
+
+// fileOrNil keeps a nil *os.File from becoming a non-nil io.Writer, which
+// os/exec would try to use.
+func fileOrNil(f *os.File) io.Writer {
+	if f == nil {
+		return nil
+	}
+	return f
 }
 
 // cancelled wraps a context error so that it matches both

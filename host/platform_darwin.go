@@ -86,3 +86,6 @@ func (e *Executor) closeSys() error { return nil }
 // reliably support terminal devices on macOS, so reads stay blocking and
 // end when the terminal's last process is gone.
 func pollableMaster(f *os.File) (*os.File, error) { return f, nil }
+
+// growPipe: macOS pipes cannot be resized.
+func growPipe(*os.File) {}

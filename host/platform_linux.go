@@ -203,3 +203,16 @@ func pollableMaster(f *os.File) (*os.File, error) {
 	}
 	return os.NewFile(uintptr(fd), f.Name()), nil
 }
+
+// pipeSize is what growPipe asks for: four times the default, enough to
+// halve the wake-ups of a heavy writer without holding much kernel memory
+// (a user over the pipe quota would otherwise shrink later pipes).
+const pipeSize = 256 << 10
+
+// growPipe enlarges the pipe behind w, best-effort: the kernel may refuse
+// (pipe-max-size, per-user quota), and the default size still works.
+func growPipe(w *os.File) {
+	if rc, err := w.SyscallConn(); err == nil {
+		_ = rc.Control(func(fd uintptr) { _, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, pipeSize) })
+	}
+}

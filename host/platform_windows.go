@@ -216,3 +216,6 @@ func (e *Executor) startPTY(*launchSpec, TTYSize) (*Process, error) {
 }
 
 func resizePTY(*os.File, TTYSize) error { return runbox.ErrProcessTTYUnsupported }
+
+// growPipe: Windows pipes are created with os/exec's size.
+func growPipe(*os.File) {}
