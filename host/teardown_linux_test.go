@@ -427,3 +427,35 @@ func TestNewSweepsStaleCgroups(t *testing.T) {
 		t.Errorf("cgroup of a live pid removed: %v", err)
 	}
 }
+
+// escapeScript starts a descendant that leaves the session (and so the
+// process group) while keeping stdout, and waits until it has.
+const escapeScript = `setsid sleep 1000 & p=$!
+while [ "$(cut -d' ' -f6 /proc/$p/stat)" != "$p" ]; do :; done
+echo "setsid $p"`
+
+func TestEscapedDescendantCannotHoldRunOpen(t *testing.T) {
+	// Without a cgroup a setsid descendant may escape teardown and keep the
+	// output pipe open; the wait delay bounds how long Run reads it.
+	e := newExecutor(t, WithoutCgroup(), WithWaitDelay(50*time.Millisecond))
+	var out bytes.Buffer
+	res, err := e.Run(testCtx(t), runbox.ShellCommand(escapeScript), runbox.Streams{Stdout: &out})
+	pids := parsePids(t, out.String())
+	if pid := pids["setsid"]; pid > 0 {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	if err != nil || !res.Success() {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if len(pids) != 1 {
+		t.Fatalf("output %q", out.String())
+	}
+	// The same through the output helpers.
+	b, code, err := e.RunArgv(testCtx(t), "", []string{"sh", "-c", escapeScript})
+	if pid := parsePids(t, string(b))["setsid"]; pid > 0 {
+		syscall.Kill(pid, syscall.SIGKILL)
+	}
+	if err != nil || code != 0 {
+		t.Fatalf("%d %v", code, err)
+	}
+}
