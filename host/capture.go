@@ -65,7 +65,7 @@ func (c *capture) exceeded() bool { return c.over }
 // all); every other distinct writer gets a pipe of our own and one copying
 // goroutine. Owning the pipe lets teardown, not os/exec, decide when to
 // stop reading, and lets the pipe be larger than the default (see
-// growPipe), which halves the wake-ups of a heavy writer.
+// growPipe), so that a heavy writer blocks less often.
 type outputs struct {
 	stdout, stderr *os.File // what the child gets; nil is the null device
 	pipes          []*outputPipe

@@ -204,9 +204,9 @@ func pollableMaster(f *os.File) (*os.File, error) {
 	return os.NewFile(uintptr(fd), f.Name()), nil
 }
 
-// pipeSize is what growPipe asks for: four times the default, enough to
-// halve the wake-ups of a heavy writer without holding much kernel memory
-// (a user over the pipe quota would otherwise shrink later pipes).
+// pipeSize is what growPipe asks for: four times the default, so that a
+// heavy writer blocks less often, yet small enough not to eat into the
+// per-user pipe quota (a user over it gets one-page pipes afterwards).
 const pipeSize = 256 << 10
 
 // growPipe enlarges the pipe behind w, best-effort: the kernel may refuse
