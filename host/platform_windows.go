@@ -217,5 +217,5 @@ func (e *Executor) startPTY(*launchSpec, TTYSize) (*Process, error) {
 
 func resizePTY(*os.File, TTYSize) error { return runbox.ErrProcessTTYUnsupported }
 
-// growPipe: Windows pipes are created with os/exec's size.
+// growPipe: Windows pipes keep their default size.
 func growPipe(*os.File) {}
