@@ -174,13 +174,38 @@ func (c *Client) readLoop(r *Reader) {
 			}
 			continue
 		}
-		ev := Frame{Type: f.Type, ID: f.ID, Payload: append([]byte(nil), f.Payload...)}
+		ev := Frame{Type: f.Type, ID: f.ID, Payload: copyPayload(f.Payload)}
 		select {
 		case call.events <- ev:
 		case <-call.abandoned:
 		case <-c.closed:
 			return
 		}
+	}
+}
+
+// payloadPool recycles output buffers: a stream moves many MiB through
+// frames of up to 256 KiB, and fresh buffers for each would mostly feed the
+// garbage collector.
+// poolBufSize matches the agent's read size.
+const poolBufSize = 256 << 10
+
+var payloadPool = sync.Pool{New: func() any { b := make([]byte, 0, poolBufSize); return &b }}
+
+func copyPayload(p []byte) []byte {
+	if len(p) == 0 {
+		return nil
+	}
+	if len(p) > poolBufSize {
+		return append([]byte(nil), p...)
+	}
+	bp := payloadPool.Get().(*[]byte)
+	return append((*bp)[:0], p...)
+}
+
+func releasePayload(p []byte) {
+	if cap(p) == poolBufSize {
+		payloadPool.Put(&p)
 	}
 }
 
@@ -384,6 +409,7 @@ func (c *Client) Run(ctx context.Context, req StartRequest, o RunOptions) (Exit,
 					writeErr = err
 					_ = call.Cancel()
 				}
+				releasePayload(f.Payload)
 			case TypeExit:
 				var ex Exit
 				if err := Decode(f, &ex); err != nil {

@@ -15,11 +15,13 @@
 package agent
 
 import (
+	"bufio"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 )
 
 // Version is the protocol version this package speaks.
@@ -137,18 +139,23 @@ type Fatal struct {
 }
 
 // WriteFrame writes one frame. It is not safe for concurrent use on the
-// same writer; callers serialize.
+// same writer; callers serialize. The payload is not copied: header and
+// payload go out in one vectored write where the writer supports it.
 func WriteFrame(w io.Writer, f Frame) error {
 	if len(f.Payload) > MaxPayload {
 		return fmt.Errorf("%w: payload of %d bytes exceeds %d", ErrProtocol, len(f.Payload), MaxPayload)
 	}
-	buf := make([]byte, headerSize+len(f.Payload))
-	buf[0] = Version
-	buf[1] = byte(f.Type)
-	binary.BigEndian.PutUint32(buf[2:6], f.ID)
-	binary.BigEndian.PutUint32(buf[6:10], uint32(len(f.Payload)))
-	copy(buf[headerSize:], f.Payload)
-	_, err := w.Write(buf)
+	var hdr [headerSize]byte
+	hdr[0] = Version
+	hdr[1] = byte(f.Type)
+	binary.BigEndian.PutUint32(hdr[2:6], f.ID)
+	binary.BigEndian.PutUint32(hdr[6:10], uint32(len(f.Payload)))
+	if len(f.Payload) == 0 {
+		_, err := w.Write(hdr[:])
+		return err
+	}
+	bufs := net.Buffers{hdr[:], f.Payload}
+	_, err := bufs.WriteTo(w)
 	return err
 }
 
@@ -169,8 +176,9 @@ type Reader struct {
 	buf []byte
 }
 
-// NewReader returns a frame decoder for r.
-func NewReader(r io.Reader) *Reader { return &Reader{r: r} }
+// NewReader returns a frame decoder for r. It buffers r, so that a frame
+// header costs no read of its own.
+func NewReader(r io.Reader) *Reader { return &Reader{r: bufio.NewReaderSize(r, 256<<10)} }
 
 // Next reads the next frame. It returns io.EOF at a clean end of stream
 // (between frames) and an error wrapping ErrProtocol for anything malformed.

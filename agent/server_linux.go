@@ -426,6 +426,9 @@ func (c *conn) start(id uint32, req StartRequest) {
 			fail(err)
 			return
 		}
+		// Bigger pipes mean fewer, fuller frames for a fast writer.
+		_, _ = unix.FcntlInt(outR.Fd(), unix.F_SETPIPE_SZ, 1<<20)
+		_, _ = unix.FcntlInt(errR.Fd(), unix.F_SETPIPE_SZ, 1<<20)
 		childFiles = []*os.File{inR, outW, errW}
 		cmd.stdin, stdout, stderr = inW, outR, errR
 		parentEnds = []*os.File{inW, outR, errR}
@@ -460,7 +463,7 @@ func (c *conn) start(id uint32, req StartRequest) {
 	var outputs sync.WaitGroup
 	pump := func(f *os.File, t Type) {
 		defer outputs.Done()
-		buf := make([]byte, 64<<10)
+		buf := make([]byte, 256<<10)
 		for {
 			n, err := f.Read(buf)
 			if n > 0 {

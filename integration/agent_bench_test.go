@@ -1,0 +1,88 @@
+//go:build linux
+
+package integration
+
+import (
+	"context"
+	"io"
+	"os/exec"
+	"testing"
+
+	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/docker"
+)
+
+// The agent's measured goals, each in one run beside its baseline:
+// "runbox" goes through the agent, "raw" is plain Engine exec through the
+// moby client, "dockercli" is `docker exec`, "plain" is Open without agent.
+
+func BenchmarkAgentRunTrue(b *testing.B) {
+	e := agentExecutor(b)
+	s := open(b, e, baseSpec())
+	ctx := context.Background()
+	b.Run("runbox", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := s.Run(ctx, argv("true"), runbox.Streams{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("raw", func(b *testing.B) {
+		for b.Loop() {
+			rawExec(b, e.Client(), s.ID(), []string{"true"})
+		}
+	})
+	b.Run("dockercli", func(b *testing.B) {
+		if _, err := exec.LookPath("docker"); err != nil {
+			b.Skip("no docker CLI")
+		}
+		for b.Loop() {
+			if out, err := exec.Command("docker", "exec", s.ID(), "true").CombinedOutput(); err != nil {
+				b.Fatal(err, string(out))
+			}
+		}
+	})
+}
+
+func BenchmarkAgentStream64MiB(b *testing.B) {
+	e := agentExecutor(b)
+	s := open(b, e, baseSpec())
+	ctx := context.Background()
+	b.Run("runbox", func(b *testing.B) {
+		b.SetBytes(streamBytes)
+		for b.Loop() {
+			if _, err := s.Run(ctx, runbox.Command{Args: streamCmd}, runbox.Streams{Stdout: io.Discard}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("raw", func(b *testing.B) {
+		b.SetBytes(streamBytes)
+		for b.Loop() {
+			rawExec(b, e.Client(), s.ID(), streamCmd)
+		}
+	})
+}
+
+func BenchmarkAgentOpen(b *testing.B) {
+	withAgent := agentExecutor(b)
+	plain := newExecutor(b, docker.WithoutAgent())
+	ctx := context.Background()
+	bench := func(e *docker.Executor) func(b *testing.B) {
+		return func(b *testing.B) {
+			for b.Loop() {
+				s, err := e.Open(ctx, baseSpec())
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				if err := s.Close(ctx); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+			}
+		}
+	}
+	b.Run("runbox", bench(withAgent))
+	b.Run("plain", bench(plain))
+}
