@@ -1,6 +1,8 @@
 package runbox
 
 import (
+	"context"
+	"io"
 	"slices"
 )
 
@@ -128,3 +130,26 @@ func (a ProcessAccess) Kind() ProcessAccessKind { return a.kind }
 
 // WritePaths returns a copy of the canonical write roots.
 func (a ProcessAccess) WritePaths() []string { return slices.Clone(a.paths) }
+
+// StreamingProcess is a started process whose standard streams the caller
+// drives. Both backends return one (host.Process and docker.Process), so a
+// caller needs one code path for either.
+//
+// Stdout and Stderr must be read (or the process may block writing); in PTY
+// mode everything arrives on Stdout. Wait may be called any number of times
+// and from any goroutine; a cancelled Wait context releases only that
+// caller and never kills the process. Close kills the process if it is
+// still running and releases everything.
+type StreamingProcess interface {
+	Stdin() io.WriteCloser
+	Stdout() io.Reader
+	Stderr() io.Reader
+	Wait(ctx context.Context) (Result, error)
+	Signal(sig ProcessSignal) error
+	Close(ctx context.Context) error
+	StreamMode() ProcessStreamMode
+	LifetimeContainment() LifetimeContainment
+	// Resize changes a PTY-mode process's terminal size; in pipe mode it
+	// returns an error wrapping ErrProcessTTYUnsupported.
+	Resize(size TermSize) error
+}

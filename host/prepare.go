@@ -13,10 +13,9 @@ import (
 // already started or closed: a prepared process is single-use.
 var ErrPreparedProcessUsed = errors.New("host: prepared process already started or closed")
 
-// TTYSize is a terminal's size in character cells.
-type TTYSize struct {
-	Rows, Cols uint16
-}
+// TTYSize is a terminal's size in character cells; it is the root
+// package's TermSize, so that one value serves both backends.
+type TTYSize = runbox.TermSize
 
 // defaultTTYSize is the terminal size used when no size is given: 24 rows
 // of 80 columns, the classic terminal.

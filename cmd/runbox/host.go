@@ -58,6 +58,7 @@ the limit (exit status 125).`,
 			if err != nil {
 				return err
 			}
+			defer e.Close()
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			runCtx, cancel := context.WithCancelCause(ctx)
@@ -96,7 +97,7 @@ func runHostTTY(ctx context.Context, e *host.Executor, c runbox.Command) (runbox
 	size := currentSize()
 	pp, err := e.PrepareProcess(ctx, host.ProcessOptions{
 		Directory: c.Dir, Argv: c.Args, Env: c.Env, CleanEnv: c.CleanEnv, TTY: true,
-		TTYSize: host.TTYSize{Rows: size.Rows, Cols: size.Cols},
+		TTYSize: size,
 	})
 	if err != nil {
 		return runbox.Result{ExitCode: -1}, err
@@ -112,7 +113,7 @@ func runHostTTY(ctx context.Context, e *host.Executor, c runbox.Command) (runbox
 	go func() { _, _ = io.Copy(p.Stdin(), os.Stdin) }()
 	go func() {
 		for sz := range resize {
-			_ = p.Resize(host.TTYSize{Rows: sz.Rows, Cols: sz.Cols})
+			_ = p.Resize(sz)
 		}
 	}()
 	copied := make(chan struct{})
