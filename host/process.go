@@ -234,4 +234,5 @@ func (w *stdinWriter) Close() error {
 type eofReader struct{}
 
 func (eofReader) Read([]byte) (int, error) { return 0, io.EOF }
+
 var _ runbox.StreamingProcess = (*Process)(nil)
