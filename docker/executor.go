@@ -40,7 +40,8 @@ type Executor struct {
 	agentPath    string
 	agentMode    agentMode
 	agentTimeout time.Duration
-	localEngine  bool // the Engine shares this machine's filesystem (unix socket)
+	localEngine  bool          // the Engine shares this machine's filesystem (unix socket)
+	termGrace    time.Duration // Terminate's grace period for streaming processes
 }
 
 var _ runbox.Executor = (*Executor)(nil)
@@ -57,6 +58,7 @@ type config struct {
 	agentPath    string
 	agentMode    agentMode
 	localEngine  *bool
+	termGrace    time.Duration
 }
 
 // WithHost connects to the Engine at host (for example
@@ -113,6 +115,18 @@ func WithCloseTimeout(d time.Duration) Option {
 	}
 }
 
+// WithTerminateGrace sets how long ProcessSignalTerminate waits before it
+// kills a streaming process (default DefaultTerminateGrace).
+func WithTerminateGrace(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("runbox/docker: WithTerminateGrace: %v is not positive", d)
+		}
+		c.termGrace = d
+		return nil
+	}
+}
+
 // WithRemoteEngine treats the Engine as remote even on a unix socket: the
 // agent is copied into each session and reached through the Engine, and
 // no host directory is bind-mounted.
@@ -129,7 +143,7 @@ func WithRemoteEngine() Option {
 // unless options say otherwise. The API version is negotiated with the
 // Engine on first use; Engine API 1.41 and newer are supported.
 func New(opts ...Option) (*Executor, error) {
-	c := config{owner: defaultOwner(), closeTimeout: 30 * time.Second}
+	c := config{owner: defaultOwner(), closeTimeout: 30 * time.Second, termGrace: DefaultTerminateGrace}
 	for _, o := range opts {
 		if err := o(&c); err != nil {
 			return nil, err
@@ -143,6 +157,7 @@ func New(opts ...Option) (*Executor, error) {
 		agentPath:    c.agentPath,
 		agentMode:    c.agentMode,
 		agentTimeout: 10 * time.Second,
+		termGrace:    c.termGrace,
 	}
 	if e.cli == nil {
 		all := append([]client.Opt{client.FromEnv}, c.clientOpts...)

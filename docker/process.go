@@ -70,7 +70,7 @@ func (s *Session) Start(ctx context.Context, cmd runbox.Command) (*Process, erro
 		s.mu.Unlock()
 		return nil, s.lostOrTransport(ctx, err)
 	}
-	p := &Process{s: s, call: call, tty: cmd.TTY, grace: DefaultTerminateGrace, done: make(chan struct{})}
+	p := &Process{s: s, call: call, tty: cmd.TTY, grace: s.e.termGrace, done: make(chan struct{})}
 	// Wait for the agent's verdict: started, or why not.
 	for p.pid == 0 {
 		select {
@@ -206,11 +206,11 @@ func (p *Process) Signal(sig runbox.ProcessSignal) error {
 	}
 	switch sig {
 	case runbox.ProcessSignalInterrupt:
-		return p.call.Signal(int(syscall.Signal(2)))
+		return p.call.Signal(int(syscall.SIGINT))
 	case runbox.ProcessSignalKill:
 		return p.call.Cancel()
 	case runbox.ProcessSignalTerminate:
-		if err := p.call.Signal(15); err != nil {
+		if err := p.call.Signal(int(syscall.SIGTERM)); err != nil {
 			return err
 		}
 		p.termOnce.Do(func() {
