@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -163,7 +165,9 @@ terminal however the command ends. It needs a terminal on stdin.`,
 }
 
 // runInSession runs c with this process's stdio and turns the outcome into
-// an exit status. Ctrl-C and SIGTERM cancel the command.
+// an exit status. Ctrl-C and SIGTERM cancel the command. Interactive and
+// terminal commands use the session's streaming process when it has an
+// agent; otherwise Run carries stdin, the terminal and its resizes.
 func runInSession(parent context.Context, s runbox.Session, c runbox.Command, timeout time.Duration, interactive bool) error {
 	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -174,12 +178,60 @@ func runInSession(parent context.Context, s runbox.Session, c runbox.Command, ti
 		defer cancel()
 	}
 	if c.TTY {
+		c.TermSize = currentSize()
+	}
+	if ds, ok := s.(*docker.Session); ok && ds.Agent() && (c.TTY || interactive) {
+		p, err := ds.Start(runCtx, c)
+		if err != nil {
+			return outcome(ctx, timeout, runbox.Result{ExitCode: -1}, err)
+		}
+		res, err := driveProcess(runCtx, p, c.TTY, interactive)
+		return outcome(ctx, timeout, res, err)
+	}
+	if c.TTY {
 		restore, resize := setupTerminal(ctx, interactive)
 		defer restore()
-		c.TermSize, c.Resize = currentSize(), resize
+		c.Resize = resize
 	}
 	res, err := s.Run(runCtx, c, runbox.Streams{Stdout: os.Stdout, Stderr: os.Stderr})
 	return outcome(ctx, timeout, res, err)
+}
+
+// driveProcess wires this process's terminal or pipes to p and waits for
+// it; when ctx ends, p is killed. It is the one code path for streaming
+// processes of either backend.
+func driveProcess(ctx context.Context, p runbox.StreamingProcess, tty, interactive bool) (runbox.Result, error) {
+	defer p.Close(context.Background())
+	if tty {
+		restore, resize := setupTerminal(ctx, interactive)
+		defer restore()
+		go func() {
+			for sz := range resize {
+				_ = p.Resize(sz)
+			}
+		}()
+	}
+	if interactive {
+		go func() {
+			_, _ = io.Copy(p.Stdin(), os.Stdin)
+			if !tty {
+				_ = p.Stdin().Close() // a terminal has no end of file
+			}
+		}()
+	} else {
+		_ = p.Stdin().Close()
+	}
+	var copies sync.WaitGroup
+	copies.Add(2)
+	go func() { defer copies.Done(); _, _ = io.Copy(os.Stdout, p.Stdout()) }()
+	go func() { defer copies.Done(); _, _ = io.Copy(os.Stderr, p.Stderr()) }()
+	res, err := p.Wait(ctx)
+	if err != nil {
+		_ = p.Signal(runbox.ProcessSignalKill)
+		return runbox.Result{ExitCode: -1}, err
+	}
+	copies.Wait()
+	return res, nil
 }
 
 // outcome maps a Run's result to the CLI's exit status.
