@@ -2,7 +2,7 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: all demo test unit vet cross bench build clean
+.PHONY: all demo test unit vet cross bench fuzz build clean
 
 all: vet test
 
@@ -16,7 +16,7 @@ test: vet cross
 
 ## unit: the tests that need no Docker Engine
 unit:
-	$(GO) test -race -count=1 . ./docker/ ./host/
+	$(GO) test -race -count=1 . ./agent/ ./docker/ ./host/ ./cmd/runbox/
 
 vet:
 	$(GO) vet $(PKGS)
@@ -33,6 +33,11 @@ cross:
 bench:
 	$(GO) test -run '^$$' -bench . -benchtime 10x -timeout 30m ./integration/ ./host/ | $(GO) run ./internal/benchtable
 
+## fuzz: fuzz the agent's frame decoder for a while
+fuzz:
+	$(GO) test -run '^$$' -fuzz FuzzReader -fuzztime 60s ./agent/
+
+## build: a static runbox, which can also serve as the in-session agent
 build:
 	CGO_ENABLED=0 $(GO) build -o bin/runbox ./cmd/runbox
 

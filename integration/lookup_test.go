@@ -1,8 +1,11 @@
+//go:build linux
+
 package integration
 
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -60,20 +63,32 @@ func TestSessionReattach(t *testing.T) {
 
 func TestAmbiguousPrefix(t *testing.T) {
 	e := newExecutor(t)
-	// With enough sessions, some pair shares a first hex digit.
+	// With 17 sessions, some pair shares a first hex digit.
+	var mu sync.Mutex
 	ids := map[byte][]string{}
+	var wg sync.WaitGroup
 	for range 17 {
-		s := open(t, e, baseSpec())
-		ids[s.ID()[0]] = append(ids[s.ID()[0]], s.ID())
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s := open(t, e, baseSpec())
+			mu.Lock()
+			ids[s.ID()[0]] = append(ids[s.ID()[0]], s.ID())
+			mu.Unlock()
+		}()
 	}
+	wg.Wait()
 	for c, group := range ids {
 		if len(group) < 2 {
 			continue
 		}
-		_, err := e.Session(context.Background(), string(c))
 		// Other runbox sessions on the Engine may share the digit too;
 		// either way the one-character prefix is ambiguous.
+		_, err := e.Session(context.Background(), string(c))
 		require.ErrorIs(t, err, runbox.ErrAmbiguous)
+		r := cli(t, nil, "exec", string(c), "--", "true")
+		assert.Equal(t, 125, r.code)
+		assert.Contains(t, r.stderr, "ambiguous")
 		return
 	}
 	t.Fatal("17 sessions and no shared first digit: impossible")
