@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"errors"
 	"io"
 	"net"
 	"runtime"
@@ -306,6 +307,15 @@ func TestAgentOnRemoteStyleEngine(t *testing.T) {
 	top, err := e.Client().ContainerTop(context.Background(), s.ID(), client.ContainerTopOptions{})
 	require.NoError(t, err)
 	assert.False(t, topHas(top, "sleep 1003"))
+
+	// The copy went into a volume. The Engine leaves the volume's empty
+	// mountpoint in the layer (hidden by /dev at run time); nothing of the
+	// agent itself is there.
+	diff, err := e.Client().ContainerDiff(context.Background(), s.ID(), client.ContainerDiffOptions{})
+	require.NoError(t, err)
+	for _, ch := range diff.Changes {
+		assert.False(t, strings.HasPrefix(ch.Path, "/dev/.runbox/"), "layer change %+v", ch)
+	}
 }
 
 func TestAgentReattach(t *testing.T) {
@@ -318,4 +328,35 @@ func TestAgentReattach(t *testing.T) {
 	o := run(t, s2, runbox.Command{Args: []string{"env"}, CleanEnv: true})
 	require.NoError(t, o.err)
 	assert.Empty(t, o.stdout)
+}
+
+func TestAgentInitDuty(t *testing.T) {
+	e := agentExecutor(t)
+	spec := baseSpec()
+	spec.Init = false // the agent itself is PID 1
+	s := open(t, e, spec)
+
+	o := run(t, s, argv("cat", "/proc/1/cmdline"))
+	require.NoError(t, o.err)
+	assert.Contains(t, o.stdout, "agent\x00init", "the agent is PID 1")
+
+	// Orphans are reaped: background children outlive their parent
+	// command and are then collected, leaving no zombie behind.
+	o = run(t, s, runbox.ShellCommand("(sleep 0.1 >/dev/null 2>&1 &) ; exit 0"))
+	require.NoError(t, o.err)
+	require.Eventually(t, func() bool {
+		o := run(t, s, runbox.ShellCommand(`grep -l '^State:.*Z' /proc/[0-9]*/status | wc -l
+for p in /proc/[0-9]*; do tr '\0' ' ' < $p/cmdline; echo; done | grep -c '^sleep 0.1'`))
+		return o.stdout == "0\n0\n"
+	}, 30*time.Second, 50*time.Millisecond, "zombies or orphans remain")
+
+	// Signals to the session reach the lifetime process, whose end ends
+	// the session and is reported.
+	_, err := e.Client().ContainerKill(context.Background(), s.ID(), client.ContainerKillOptions{Signal: "TERM"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, err = s.Run(context.Background(), argv("true"), runbox.Streams{})
+		return errors.Is(err, runbox.ErrSessionEnded)
+	}, 30*time.Second, 20*time.Millisecond)
+	assert.Contains(t, err.Error(), "code 143", "the lifetime process died of the forwarded SIGTERM")
 }
