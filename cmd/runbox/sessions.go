@@ -30,6 +30,21 @@ func cliOwner() string {
 	return h + "/cli"
 }
 
+// attach connects to the Engine and finds the session ref names (ID,
+// unique prefix or name). done releases the connection.
+func attach(ctx context.Context, ref string) (s *docker.Session, done func(), err error) {
+	e, err := newEngine()
+	if err != nil {
+		return nil, nil, err
+	}
+	s, err = e.Session(ctx, ref)
+	if err != nil {
+		e.Close()
+		return nil, nil, err
+	}
+	return s, func() { e.Close() }, nil
+}
+
 // afterDash drops the "--" that separates runbox's arguments from a
 // command's.
 func afterDash(args []string) []string {
@@ -106,15 +121,11 @@ the session is closed.`,
 			if err != nil {
 				return err
 			}
-			e, err := newEngine()
+			s, done, err := attach(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
-			defer e.Close()
-			s, err := e.Session(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
+			defer done()
 			return runInSession(cmd.Context(), s, c, timeout, xf.interactive)
 		},
 	}
@@ -146,15 +157,11 @@ terminal however the command ends. It needs a terminal on stdin.`,
 			if err := c.Validate(); err != nil {
 				return err
 			}
-			e, err := newEngine()
+			s, done, err := attach(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
-			defer e.Close()
-			s, err := e.Session(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
+			defer done()
 			return runInSession(cmd.Context(), s, c, 0, true)
 		},
 	}
@@ -278,15 +285,11 @@ is not paused unless --pause is given.`,
 		Example: "  runbox snapshot --tag work:after-build $id",
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			e, err := newEngine()
+			s, done, err := attach(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
-			defer e.Close()
-			s, err := e.Session(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
+			defer done()
 			img, err := s.Snapshot(cmd.Context(), runbox.SnapshotOptions{Reference: tag, Pause: pause})
 			if err != nil {
 				return err
