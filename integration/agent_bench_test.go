@@ -4,11 +4,9 @@ package integration
 
 import (
 	"context"
-	"io"
 	"os/exec"
 	"testing"
 
-	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/docker"
 )
 
@@ -19,19 +17,7 @@ import (
 func BenchmarkAgentRunTrue(b *testing.B) {
 	e := agentExecutor(b)
 	s := open(b, e, baseSpec())
-	ctx := context.Background()
-	b.Run("runbox", func(b *testing.B) {
-		for b.Loop() {
-			if _, err := s.Run(ctx, argv("true"), runbox.Streams{}); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("raw", func(b *testing.B) {
-		for b.Loop() {
-			rawExec(b, e.Client(), s.ID(), []string{"true"})
-		}
-	})
+	benchRunTrue(b, e, s)
 	b.Run("dockercli", func(b *testing.B) {
 		if _, err := exec.LookPath("docker"); err != nil {
 			b.Skip("no docker CLI")
@@ -46,22 +32,7 @@ func BenchmarkAgentRunTrue(b *testing.B) {
 
 func BenchmarkAgentStream64MiB(b *testing.B) {
 	e := agentExecutor(b)
-	s := open(b, e, baseSpec())
-	ctx := context.Background()
-	b.Run("runbox", func(b *testing.B) {
-		b.SetBytes(streamBytes)
-		for b.Loop() {
-			if _, err := s.Run(ctx, runbox.Command{Args: streamCmd}, runbox.Streams{Stdout: io.Discard}); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("raw", func(b *testing.B) {
-		b.SetBytes(streamBytes)
-		for b.Loop() {
-			rawExec(b, e.Client(), s.ID(), streamCmd)
-		}
-	})
+	benchStream(b, e, open(b, e, baseSpec()))
 }
 
 func BenchmarkAgentOpen(b *testing.B) {
