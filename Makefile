@@ -8,7 +8,7 @@ all: vet test
 
 ## demo: open a session on a locally built image, run, snapshot, reopen, close
 demo:
-	$(GO) run ./cmd/runbox demo
+	CGO_ENABLED=0 $(GO) run ./cmd/runbox demo
 
 ## test: vet for every platform, then every test (integration tests need a Docker Engine) under -race
 test: vet cross

@@ -42,7 +42,7 @@ Docker Engine (DOCKER_HOST is honoured) and no registry.`,
 
 func demo(ctx context.Context, out io.Writer, keep bool) (err error) {
 	step := func(format string, a ...any) { fmt.Fprintf(out, "==> "+format+"\n", a...) }
-	e, err := docker.New()
+	e, err := newEngine()
 	if err != nil {
 		return err
 	}
@@ -67,7 +67,11 @@ func demo(ctx context.Context, out io.Writer, keep bool) (err error) {
 		return err
 	}
 	defer closeSession(s, &err)
-	fmt.Fprintf(out, "    session %s\n", s.ID()[:12])
+	mode := "plain Engine exec (this runbox binary is not static, so it cannot be the agent)"
+	if ds, ok := s.(*docker.Session); ok && ds.Agent() {
+		mode = "the runbox agent (PID 1 of the session)"
+	}
+	fmt.Fprintf(out, "    session %s; commands run through %s\n", s.ID()[:12], mode)
 
 	streams := runbox.Streams{Stdout: indent(out), Stderr: indent(out)}
 	runs := []runbox.Command{
@@ -83,6 +87,11 @@ func demo(ctx context.Context, out io.Writer, keep bool) (err error) {
 			return err
 		}
 		fmt.Fprintf(out, "    exit code %d\n", res.ExitCode)
+	}
+
+	step("run env with a clean environment (only GREETING=hello)")
+	if _, err := s.Run(ctx, runbox.Command{Args: []string{"env"}, CleanEnv: true, Env: []string{"GREETING=hello"}}, streams); err != nil {
+		fmt.Fprintf(out, "    error: %v\n", err) // plain exec cannot clear the environment, and says so
 	}
 
 	step("run a program that does not exist: a launch error, not an exit code")
