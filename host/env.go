@@ -20,6 +20,11 @@ func (e *Executor) environ(extra []string, cleanEnv, tty bool) []string {
 	default:
 		env = baseEnv(os.LookupEnv, tty, envFallback)
 	}
+	if e.conf != nil && !cleanEnv {
+		// The executor's own HOME and TMPDIR, so that the caller's are
+		// neither read nor written by default.
+		env = append(env, "HOME="+e.conf.home, "TMPDIR="+e.conf.tmp)
+	}
 	env = append(env, extra...)
 	return dedupEnv(env)
 }

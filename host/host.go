@@ -25,6 +25,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -56,6 +57,7 @@ type config struct {
 	grace      time.Duration
 	waitDelay  time.Duration
 	noCgroup   bool
+	policy     *Policy
 }
 
 // WithInheritEnv makes children inherit the caller's whole environment
@@ -103,8 +105,11 @@ func WithoutCgroup() Option {
 // Executor runs host commands. It is safe for concurrent use; each call
 // starts an independent process.
 type Executor struct {
-	cfg config
-	sys execSys // platform state (Linux: the cgroups)
+	cfg    config
+	sys    execSys         // platform state (Linux: the cgroups)
+	conf   *compiledPolicy // nil: unconfined, as before policies existed
+	grants grantStore
+	closed atomic.Bool // a confined executor refuses spawns after Close
 }
 
 // cgroupSeq numbers per-process cgroups across all executors of this
@@ -124,7 +129,94 @@ func New(opts ...Option) (*Executor, error) {
 		}
 	}
 	e.initSys()
+	if e.cfg.policy != nil {
+		cp, err := compilePolicy(e.cfg.policy)
+		if err != nil {
+			_ = e.closeSys()
+			return nil, err
+		}
+		e.conf = cp
+		g, err := e.probeConfinement()
+		if err == nil {
+			want := cp.requested()
+			g.Level = level(g, want)
+			if miss := g.Missing(want); len(miss) > 0 {
+				err = fmt.Errorf("%w: this host cannot enforce %s", ErrConfinementUnavailable, strings.Join(miss, ", "))
+			}
+		}
+		if err != nil {
+			_ = e.closeSys()
+			_ = os.RemoveAll(cp.private)
+			return nil, err
+		}
+		cp.g = g
+	}
 	return e, nil
+}
+
+// Guarantees reports what the executor enforces for every process it
+// starts. An executor without [WithPolicy] confines nothing: its level is
+// none, and only the scrubbed environment (unless [WithInheritEnv]) and
+// teardown are reported.
+func (e *Executor) Guarantees() runbox.Guarantees {
+	if e.conf != nil {
+		g := e.conf.g
+		g.Mechanisms = slices.Clone(g.Mechanisms)
+		return g
+	}
+	return runbox.Guarantees{EnvScrub: !e.cfg.inheritEnv, Lifetime: e.plannedContainment()}
+}
+
+// IssueGrant returns a single-use grant for one command in one working
+// directory, valid for ttl. [Executor.PrepareProcess] consumes it when its
+// ProcessOptions name exactly that command (the same Command string or
+// Argv) and directory; a replay, another command or directory, or an
+// expired grant fails with [ErrGrantUsed], [ErrGrantMismatch] or
+// [ErrGrantExpired].
+func (e *Executor) IssueGrant(req GrantRequest, ttl time.Duration) (Grant, error) {
+	if ttl <= 0 {
+		return Grant{}, fmt.Errorf("%w: grant lifetime must be positive, got %v", runbox.ErrInvalidCommand, ttl)
+	}
+	argv, dir, err := e.normalize(req.Directory, req.Command, req.Argv)
+	if err != nil {
+		return Grant{}, err
+	}
+	return e.grants.issue(argv, dir, ttl)
+}
+
+// normalize turns a command and directory into what admission and grants
+// compare: the argument vector the backend runs and the resolved (with a
+// policy, canonical) directory.
+func (e *Executor) normalize(dir, command string, argv []string) ([]string, string, error) {
+	switch {
+	case command != "" && len(argv) > 0:
+		return nil, "", fmt.Errorf("%w: Command and Argv are mutually exclusive", runbox.ErrInvalidCommand)
+	case command != "":
+		if err := validateShellCommand(command); err != nil {
+			return nil, "", err
+		}
+		a, _, err := shellArgv(command)
+		if err != nil {
+			return nil, "", err
+		}
+		argv = a
+	case len(argv) == 0:
+		return nil, "", fmt.Errorf("%w: one of Command or Argv is required", runbox.ErrInvalidCommand)
+	default:
+		if err := (runbox.Command{Args: argv}).Validate(); err != nil {
+			return nil, "", err
+		}
+	}
+	d, err := resolveDirectory(dir)
+	if err != nil {
+		return nil, "", err
+	}
+	if e.conf != nil {
+		if d, err = canonicalPath(d); err != nil {
+			return nil, "", fmt.Errorf("%w: directory: %w", runbox.ErrInvalidCommand, err)
+		}
+	}
+	return slices.Clone(argv), d, nil
 }
 
 // Close releases what the executor keeps between processes: on Linux, the
@@ -134,8 +226,17 @@ func New(opts ...Option) (*Executor, error) {
 // releases the cache when it is garbage collected, and a program that exits
 // without either leaves at most a few empty cgroups, which a later New
 // removes.
+//
+// A confined executor also removes its private HOME and TMPDIR, so close it
+// only after its processes have ended; it refuses new processes after
+// that.
 func (e *Executor) Close() error {
-	if err := e.closeSys(); err != nil {
+	err := e.closeSys()
+	if e.conf != nil {
+		e.closed.Store(true)
+		err = errors.Join(err, os.RemoveAll(e.conf.private))
+	}
+	if err != nil {
 		return fmt.Errorf("%w: %w", runbox.ErrCleanup, err)
 	}
 	return nil
@@ -186,7 +287,7 @@ func (e *Executor) Run(ctx context.Context, cmd runbox.Command, streams runbox.S
 	if cmd.TTY {
 		return e.runTTY(ctx, cmd, streams)
 	}
-	spec, err := e.compile(cmd.Dir, cmd.Args, "", cmd.Env, cmd.CleanEnv, false)
+	spec, err := e.compile(cmd.Dir, cmd.Args, "", cmd.Env, cmd.CleanEnv, false, nil)
 	if err != nil {
 		return failed, err
 	}
@@ -249,7 +350,7 @@ func (e *Executor) RunCommand(ctx context.Context, dir, command string) ([]byte,
 	if strings.IndexByte(dir, 0) >= 0 {
 		return nil, -1, fmt.Errorf("%w: directory contains a NUL byte", runbox.ErrInvalidCommand)
 	}
-	spec, err := e.compileShell(dir, command, nil, false, false)
+	spec, err := e.compileShell(dir, command, nil, false, false, nil)
 	if err != nil {
 		return nil, -1, err
 	}
@@ -272,7 +373,7 @@ func (e *Executor) runArgv(ctx context.Context, dir string, argv []string, limit
 	if err := (runbox.Command{Args: argv, Dir: dir}).Validate(); err != nil {
 		return nil, -1, err
 	}
-	spec, err := e.compile(dir, argv, "", nil, false, false)
+	spec, err := e.compile(dir, argv, "", nil, false, false, nil)
 	if err != nil {
 		return nil, -1, err
 	}

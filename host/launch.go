@@ -21,23 +21,70 @@ type launchSpec struct {
 	// cmdLine is the exact Windows command line for the shell; "" lets
 	// Go quote args.
 	cmdLine string
+	// conf is the confinement of this launch; nil runs it unconfined.
+	conf *spawnConf
+	tty  bool
 }
 
 // compile resolves a launch without starting anything. The program is
-// looked up in the child's PATH, not the caller's.
-func (e *Executor) compile(dir string, argv []string, cmdLine string, env []string, cleanEnv, tty bool) (*launchSpec, error) {
+// looked up in the child's PATH, not the caller's. With a policy, the
+// command is admitted first (a denied or ungranted command never gets
+// further) and the grant, if any, is consumed last, once nothing else can
+// fail.
+func (e *Executor) compile(dir string, argv []string, cmdLine string, env []string, cleanEnv, tty bool, grant *Grant) (*launchSpec, error) {
+	if e.conf != nil {
+		d, err := resolveDirectory(dir)
+		if err == nil {
+			d, err = canonicalPath(d)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%w: directory: %w", runbox.ErrInvalidCommand, err)
+		}
+		dir = d
+		if err := e.admit(argv, dir, grant); err != nil {
+			return nil, err
+		}
+	}
 	full := e.environ(env, cleanEnv, tty)
 	path, err := lookPath(argv[0], dir, envValue(full, "PATH"))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", runbox.ErrStart, err)
 	}
-	return &launchSpec{
+	spec := &launchSpec{
 		path:    path,
 		args:    slices.Clone(argv),
 		dir:     dir,
 		env:     full,
 		cmdLine: cmdLine,
-	}, nil
+		tty:     tty,
+	}
+	if e.conf != nil {
+		spec.conf = e.conf.newSpawnConf(spec)
+	}
+	if grant != nil {
+		if err := e.grants.consume(*grant, argv, dir); err != nil {
+			return nil, fmt.Errorf("%w: %w", runbox.ErrInvalidCommand, err)
+		}
+	}
+	return spec, nil
+}
+
+// admit applies the policy's admission to a normalized command.
+func (e *Executor) admit(argv []string, dir string, grant *Grant) error {
+	a := AdmissionAllow
+	if e.conf.policy.Admit != nil {
+		a = e.conf.policy.Admit(slices.Clone(argv), dir)
+	}
+	switch a {
+	case AdmissionAllow:
+		return nil
+	case AdmissionGated:
+		if grant == nil {
+			return fmt.Errorf("%w: %w: %q", runbox.ErrInvalidCommand, ErrGrantRequired, argv)
+		}
+		return nil
+	}
+	return fmt.Errorf("%w: %w: %q", runbox.ErrInvalidCommand, ErrCommandDenied, argv)
 }
 
 // cmd returns a fresh, unstarted exec.Cmd for the spec. Stdio and
@@ -64,7 +111,7 @@ func validateShellCommand(command string) error {
 }
 
 // compileShell is compile for a command string run by the platform shell.
-func (e *Executor) compileShell(dir, command string, env []string, cleanEnv, tty bool) (*launchSpec, error) {
+func (e *Executor) compileShell(dir, command string, env []string, cleanEnv, tty bool, grant *Grant) (*launchSpec, error) {
 	if err := validateShellCommand(command); err != nil {
 		return nil, err
 	}
@@ -72,7 +119,7 @@ func (e *Executor) compileShell(dir, command string, env []string, cleanEnv, tty
 	if err != nil {
 		return nil, err
 	}
-	return e.compile(dir, argv, cmdLine, env, cleanEnv, tty)
+	return e.compile(dir, argv, cmdLine, env, cleanEnv, tty, grant)
 }
 
 // windowsShell returns how to run command with cmd.exe from systemDir, the

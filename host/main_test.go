@@ -15,6 +15,8 @@ import (
 const helperEnv = "RUNBOX_HOST_TEST_HELPER"
 
 func TestMain(m *testing.M) {
+	// First: a re-executed sandbox helper runs here and never returns.
+	Init()
 	if mode := os.Getenv(helperEnv); mode != "" {
 		os.Exit(runHelper(mode))
 	}

@@ -16,6 +16,7 @@ type treeSys struct{}
 // startTree starts the process in a new session (and process group).
 func (e *Executor) startTree(spec *launchSpec, build func() *exec.Cmd, tty bool) (*exec.Cmd, *treeSys, error) {
 	cmd := build()
+	cmd.Path, cmd.Args = confineCmd(spec.conf, cmd.Path, cmd.Args)
 	cmd.SysProcAttr = sysProcAttr(tty)
 	if err := cmd.Start(); err != nil {
 		return nil, nil, err
@@ -67,6 +68,9 @@ func (s *treeSys) signal(p *os.Process, sig runbox.ProcessSignal) error {
 func (s *treeSys) teardown(p *os.Process) error { return killGroup(p.Pid, unix.SIGKILL) }
 
 func (s *treeSys) release() error { return nil }
+
+// result converts the leader's wait status; nothing wraps it here.
+func (s *treeSys) result(state *os.ProcessState) runbox.Result { return exitResult(state) }
 
 func (s *treeSys) containment() runbox.LifetimeContainment {
 	return runbox.LifetimeContainmentBestEffort

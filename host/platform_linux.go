@@ -22,6 +22,11 @@ type treeSys struct {
 	// breached is set when the cgroup could not be emptied, so that
 	// containment is no longer reported as enforced.
 	breached atomic.Bool
+	// pidns is set for a sandboxed tree: its leader is the init of a PID
+	// namespace, whose death kills every process in it.
+	pidns bool
+	// status carries the sandboxed command's outcome from the helper.
+	status *os.File
 }
 
 // execSys is the executor's Linux state.
@@ -51,21 +56,32 @@ func (e *Executor) closeSys() error {
 }
 
 // startTree starts the process in a new session with Pdeathsig, inside its
-// own cgroup when the executor has a usable cgroup v2 root. If the kernel
-// refuses the cgroup the spawn is retried without it, and the process then
-// reports best-effort containment.
+// own cgroup when the executor has a usable cgroup v2 root. A confined
+// launch starts the stage-2 helper instead (see confine_linux.go).
 func (e *Executor) startTree(spec *launchSpec, build func() *exec.Cmd, tty bool) (*exec.Cmd, *treeSys, error) {
+	if spec.conf != nil {
+		cmd, ts, _, err := e.startConfined(spec.conf, build)
+		return cmd, ts, err
+	}
+	return e.startPlaced(build, func(cgroupFD int) *syscall.SysProcAttr { return linuxProcAttr(tty, cgroupFD) })
+}
+
+// startPlaced starts build's command with attr, inside its own cgroup when
+// the executor has a usable cgroup v2 root. If the kernel refuses the
+// cgroup the spawn is retried without it, and the process then reports
+// best-effort containment (unless a PID namespace contains it).
+func (e *Executor) startPlaced(build func() *exec.Cmd, attr func(cgroupFD int) *syscall.SysProcAttr) (*exec.Cmd, *treeSys, error) {
 	if pool := e.sys.pool; pool != nil && !e.sys.broken.Load() {
 		if cg, err := pool.get(); err == nil {
 			cmd := build()
-			cmd.SysProcAttr = linuxProcAttr(tty, cg.fd)
+			cmd.SysProcAttr = attr(cg.fd)
 			firstErr := startLocked(cmd)
 			if firstErr == nil {
 				return cmd, &treeSys{cg: cg, pool: pool}, nil
 			}
 			_ = cg.remove()
 			cmd = build()
-			cmd.SysProcAttr = linuxProcAttr(tty, -1)
+			cmd.SysProcAttr = attr(-1)
 			if err := startLocked(cmd); err != nil {
 				return nil, nil, err
 			}
@@ -78,7 +94,7 @@ func (e *Executor) startTree(spec *launchSpec, build func() *exec.Cmd, tty bool)
 		}
 	}
 	cmd := build()
-	cmd.SysProcAttr = linuxProcAttr(tty, -1)
+	cmd.SysProcAttr = attr(-1)
 	if err := startLocked(cmd); err != nil {
 		return nil, nil, err
 	}
@@ -164,6 +180,9 @@ func (s *treeSys) teardown(p *os.Process) error {
 // leader has been reaped. A cgroup that could not be emptied is left alone:
 // teardown has reported it.
 func (s *treeSys) release() error {
+	if s.status != nil {
+		s.status.Close()
+	}
 	switch {
 	case s.cg == nil:
 		return nil
@@ -175,7 +194,7 @@ func (s *treeSys) release() error {
 }
 
 func (s *treeSys) containment() runbox.LifetimeContainment {
-	if s.cg != nil && !s.breached.Load() {
+	if s.pidns || (s.cg != nil && !s.breached.Load()) {
 		return runbox.LifetimeContainmentEnforced
 	}
 	return runbox.LifetimeContainmentBestEffort

@@ -91,9 +91,9 @@ func lookPath(file, dir, pathEnv string) (string, error) {
 	return "", &exec.Error{Name: file, Err: exec.ErrNotFound}
 }
 
-// treeSys is the Windows handle on a process tree: a job object that the
-// process is assigned to right after it starts. Children it creates before
-// the assignment are outside the job, so containment is best-effort.
+// treeSys is the Windows handle on a process tree: a kill-on-close job
+// object that the process is assigned to while it is still suspended, so
+// that neither it nor anything it starts ever runs outside the job.
 type treeSys struct {
 	job windows.Handle // 0 when no job could be set up
 }
@@ -104,42 +104,99 @@ func (e *Executor) startTree(spec *launchSpec, build func() *exec.Cmd, tty bool)
 	}
 	cmd := build()
 	// A new process group keeps the caller's console Ctrl-C away from it,
-	// as a new session does on Unix.
+	// as a new session does on Unix. The process starts suspended: os/exec
+	// cannot assign a job at creation, so the job is assigned before its
+	// first instruction runs (golang/go#32404).
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		CmdLine:       spec.cmdLine,
-		CreationFlags: windows.CREATE_NEW_PROCESS_GROUP,
+		CreationFlags: windows.CREATE_NEW_PROCESS_GROUP | windows.CREATE_SUSPENDED,
 	}
 	if err := cmd.Start(); err != nil {
 		return nil, nil, err
 	}
-	return cmd, &treeSys{job: assignJob(cmd.Process.Pid)}, nil
+	job, jobErr := assignJob(cmd.Process.Pid)
+	if jobErr != nil && spec.conf != nil {
+		// A confined launch promised enforced teardown: never run it
+		// without the job.
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return nil, nil, fmt.Errorf("job object: %w", jobErr)
+	}
+	if err := resumeProcess(uint32(cmd.Process.Pid)); err != nil {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		if job != 0 {
+			windows.CloseHandle(job)
+		}
+		return nil, nil, fmt.Errorf("resume: %w", err)
+	}
+	return cmd, &treeSys{job: job}, nil
 }
 
-// assignJob puts pid in a new job object that kills its members when the
-// job is terminated or its last handle closes. It returns 0 on failure.
-func assignJob(pid int) windows.Handle {
-	job, err := windows.CreateJobObject(nil, nil)
+// resumeProcess resumes every thread of a process created suspended (only
+// its main thread exists then). os/exec closes the thread handle that
+// CreateProcess returned, so the threads are found by snapshot.
+func resumeProcess(pid uint32) error {
+	snap, err := windows.CreateToolhelp32Snapshot(windows.TH32CS_SNAPTHREAD, 0)
 	if err != nil {
-		return 0
+		return err
 	}
+	defer windows.CloseHandle(snap)
+	var te windows.ThreadEntry32
+	te.Size = uint32(unsafe.Sizeof(te))
+	resumed := 0
+	for err = windows.Thread32First(snap, &te); err == nil; err = windows.Thread32Next(snap, &te) {
+		if te.OwnerProcessID != pid {
+			continue
+		}
+		h, err := windows.OpenThread(windows.THREAD_SUSPEND_RESUME, false, te.ThreadID)
+		if err != nil {
+			return err
+		}
+		_, rerr := windows.ResumeThread(h)
+		windows.CloseHandle(h)
+		if rerr != nil {
+			return rerr
+		}
+		resumed++
+	}
+	if resumed == 0 {
+		return errors.New("no thread to resume")
+	}
+	return nil
+}
+
+// jobLimits is the job configuration: kill every member when the job is
+// terminated or its last handle closes.
+func jobLimits() windows.JOBOBJECT_EXTENDED_LIMIT_INFORMATION {
 	info := windows.JOBOBJECT_EXTENDED_LIMIT_INFORMATION{}
 	info.BasicLimitInformation.LimitFlags = windows.JOB_OBJECT_LIMIT_KILL_ON_JOB_CLOSE
+	return info
+}
+
+// assignJob puts pid in a new kill-on-close job object.
+func assignJob(pid int) (windows.Handle, error) {
+	job, err := windows.CreateJobObject(nil, nil)
+	if err != nil {
+		return 0, err
+	}
+	info := jobLimits()
 	if _, err := windows.SetInformationJobObject(job, windows.JobObjectExtendedLimitInformation,
 		uintptr(unsafe.Pointer(&info)), uint32(unsafe.Sizeof(info))); err != nil {
 		windows.CloseHandle(job)
-		return 0
+		return 0, err
 	}
 	h, err := windows.OpenProcess(windows.PROCESS_SET_QUOTA|windows.PROCESS_TERMINATE, false, uint32(pid))
 	if err != nil {
 		windows.CloseHandle(job)
-		return 0
+		return 0, err
 	}
 	defer windows.CloseHandle(h)
 	if err := windows.AssignProcessToJobObject(job, h); err != nil {
 		windows.CloseHandle(job)
-		return 0
+		return 0, err
 	}
-	return job
+	return job, nil
 }
 
 // awaitExit waits on a handle of its own; Windows has no reaping, and the
@@ -189,15 +246,30 @@ func (s *treeSys) release() error {
 	return err
 }
 
+// result converts the leader's wait status; nothing wraps it here.
+func (s *treeSys) result(state *os.ProcessState) runbox.Result { return exitResult(state) }
+
 func (s *treeSys) containment() runbox.LifetimeContainment {
 	if s.job != 0 {
-		return runbox.LifetimeContainmentBestEffort
+		return runbox.LifetimeContainmentEnforced
 	}
 	return runbox.LifetimeContainmentUnspecified
 }
 
 func (e *Executor) plannedContainment() runbox.LifetimeContainment {
-	return runbox.LifetimeContainmentBestEffort
+	return runbox.LifetimeContainmentEnforced
+}
+
+// probeConfinement: a job object enforces teardown, and the environment is
+// scrubbed; Windows has no write, read, network or process boundary here
+// (that would take an AppContainer or a restricted token), so a policy
+// that implies one fails.
+func (e *Executor) probeConfinement() (runbox.Guarantees, error) {
+	g := runbox.Guarantees{EnvScrub: !e.cfg.inheritEnv, Lifetime: runbox.LifetimeContainmentEnforced}
+	if !e.conf.policy.Unconfined {
+		g.Mechanisms = []string{"job-object"}
+	}
+	return g, nil
 }
 
 // execSys: Windows keeps nothing between processes.

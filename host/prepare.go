@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/runbox-dev/runbox"
@@ -43,6 +44,10 @@ type ProcessOptions struct {
 	// TTYSize is the initial terminal size; zero means 24 rows of 80
 	// columns. It requires TTY.
 	TTYSize TTYSize
+	// Grant authorizes a command the policy gates (see
+	// [Executor.IssueGrant]). A grant given here is always redeemed and
+	// used up, whether or not the command needed it.
+	Grant Grant
 }
 
 // PreparedProcess is a validated, compiled launch that has not spawned
@@ -54,6 +59,7 @@ type PreparedProcess struct {
 	tty    bool
 	size   TTYSize
 	access runbox.ProcessAccess
+	g      runbox.Guarantees
 
 	mu    sync.Mutex
 	state int
@@ -110,29 +116,54 @@ func (e *Executor) PrepareProcess(ctx context.Context, o ProcessOptions) (*Prepa
 	if err != nil {
 		return nil, err
 	}
+	var grant *Grant
+	if o.Grant != (Grant{}) {
+		grant = &o.Grant
+	}
 	var spec *launchSpec
 	if hasArgv {
-		spec, err = e.compile(dir, o.Argv, "", o.Env, o.CleanEnv, o.TTY)
+		spec, err = e.compile(dir, o.Argv, "", o.Env, o.CleanEnv, o.TTY, grant)
 	} else {
-		spec, err = e.compileShell(dir, o.Command, o.Env, o.CleanEnv, o.TTY)
+		spec, err = e.compileShell(dir, o.Command, o.Env, o.CleanEnv, o.TTY, grant)
 	}
 	if err != nil {
 		return nil, err
 	}
 	return &PreparedProcess{
-		e:    e,
-		spec: spec,
-		tty:  o.TTY,
-		size: size,
-		// Nothing confines a host process: it may write wherever the
-		// caller's user can.
-		access: runbox.NewProcessAccess(runbox.ProcessAccessBroadWrite),
+		e:      e,
+		spec:   spec,
+		tty:    o.TTY,
+		size:   size,
+		access: e.access(),
+		g:      e.Guarantees(),
 	}, nil
 }
 
+// access is the write authority of the executor's processes: broad without
+// a policy (nothing confines them) or with BroadWrite, otherwise the
+// canonical writable roots. The private HOME and TMPDIR are the
+// executor's scratch space and are not listed.
+func (e *Executor) access() runbox.ProcessAccess {
+	switch {
+	case e.conf == nil, e.conf.policy.BroadWrite, e.conf.policy.Unconfined:
+		return runbox.NewProcessAccess(runbox.ProcessAccessBroadWrite)
+	case len(e.conf.writable) == 0:
+		return runbox.NewProcessAccess(runbox.ProcessAccessReadOnly)
+	}
+	return runbox.NewProcessAccess(runbox.ProcessAccessScopedWrite, e.conf.writable...)
+}
+
+// Guarantees reports what is enforced for this process, fixed at
+// preparation (see [Executor.Guarantees]).
+func (pp *PreparedProcess) Guarantees() runbox.Guarantees {
+	g := pp.g
+	g.Mechanisms = slices.Clone(g.Mechanisms)
+	return g
+}
+
 // EffectiveAccess returns the write authority fixed at preparation, as a
-// copy the caller cannot use to change it. Host processes are not
-// confined, so it is always runbox.ProcessAccessBroadWrite.
+// copy the caller cannot use to change it: runbox.ProcessAccessBroadWrite
+// for an executor without a policy, otherwise what the policy allows.
 func (pp *PreparedProcess) EffectiveAccess() runbox.ProcessAccess {
 	return runbox.NewProcessAccess(pp.access.Kind(), pp.access.WritePaths()...)
 }

@@ -34,6 +34,7 @@ type proc struct {
 	// Set by the supervisor before done is closed.
 	waitErr    error
 	cleanupErr error
+	result     runbox.Result
 }
 
 // newProc returns an unstarted proc, so that callbacks that may kill it
@@ -46,6 +47,9 @@ func (e *Executor) newProc() *proc {
 // requested before the spawn completed is delivered right after it. The
 // caller must then run p.supervise exactly once.
 func (e *Executor) start(p *proc, spec *launchSpec, build func() *exec.Cmd, tty bool) error {
+	if e.conf != nil && e.closed.Load() {
+		return fmt.Errorf("%w: the executor is closed", runbox.ErrStart)
+	}
 	cmd, sys, err := e.startTree(spec, build, tty)
 	if err != nil {
 		return fmt.Errorf("%w: %w", runbox.ErrStart, err)
@@ -112,6 +116,9 @@ func (p *proc) supervise() {
 	if waited {
 		p.waitErr = p.reap()
 	}
+	if p.waitErr == nil {
+		p.result = p.sys.result(p.cmd.ProcessState)
+	}
 	if err := p.sys.release(); err != nil {
 		cleanup = append(cleanup, err)
 	}
@@ -154,7 +161,7 @@ func (p *proc) outcome() (runbox.Result, error) {
 	if p.cleanupErr != nil {
 		return runbox.Result{ExitCode: -1}, p.cleanupErr
 	}
-	return exitResult(p.cmd.ProcessState), nil
+	return p.result, nil
 }
 
 // signal delivers sig to the whole tree. Terminate arms one escalation to

@@ -23,7 +23,7 @@ func (e *Executor) runTTY(ctx context.Context, cmd runbox.Command, streams runbo
 	if err != nil {
 		return failed, err
 	}
-	spec, err := e.compile(cmd.Dir, cmd.Args, "", cmd.Env, cmd.CleanEnv, true)
+	spec, err := e.compile(cmd.Dir, cmd.Args, "", cmd.Env, cmd.CleanEnv, true, nil)
 	if err != nil {
 		return failed, err
 	}

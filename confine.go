@@ -1,0 +1,170 @@
+package runbox
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+)
+
+// GuaranteeLevel summarizes how much of a confinement policy the operating
+// system really enforces.
+type GuaranteeLevel int
+
+const (
+	// GuaranteeLevelNone means nothing is confined: the process has the
+	// caller's full authority.
+	GuaranteeLevelNone GuaranteeLevel = iota
+	// GuaranteeLevelDegraded means some boundaries are enforced and
+	// others, that a full sandbox would have, are not (see the fields of
+	// [Guarantees]).
+	GuaranteeLevelDegraded
+	// GuaranteeLevelFull means every boundary the policy asks for is
+	// enforced by the kernel, and teardown is enforced.
+	GuaranteeLevelFull
+)
+
+// String returns the level's name.
+func (l GuaranteeLevel) String() string {
+	switch l {
+	case GuaranteeLevelDegraded:
+		return "degraded"
+	case GuaranteeLevelFull:
+		return "full"
+	}
+	return "none"
+}
+
+// MarshalText encodes the level as its name, for JSON reports.
+func (l GuaranteeLevel) MarshalText() ([]byte, error) { return []byte(l.String()), nil }
+
+// Guarantees is a report of what a backend really enforces for a process,
+// never a wish: a field is true only when the operating system enforces it.
+type Guarantees struct {
+	// ProcessBoundary: the process can neither see nor signal processes
+	// outside its own tree.
+	ProcessBoundary bool
+	// WriteBoundary: the process can write only under its write roots.
+	WriteBoundary bool
+	// ReadBoundary: the process can read only its read roots (plus what it
+	// needs to run); false means it can read whatever its user can.
+	ReadBoundary bool
+	// EnvScrub: the caller's environment does not reach the process.
+	EnvScrub bool
+	// NetworkBoundary: the process has no network access.
+	NetworkBoundary bool
+	// ResourceLimits: memory and process-count limits are enforced.
+	ResourceLimits bool
+	// Lifetime is the teardown guarantee for the process tree.
+	Lifetime LifetimeContainment
+	// Level summarizes the report against the policy that was asked for.
+	Level GuaranteeLevel
+	// Mechanisms names what enforces the report (for example "pid-ns" or
+	// "landlock-abi-7"); it is informational.
+	Mechanisms []string
+}
+
+// Missing returns the names of the boundaries required by want that g does
+// not provide, in a fixed order; empty means g covers want.
+func (g Guarantees) Missing(want Guarantees) []string {
+	var miss []string
+	check := func(name string, w, h bool) {
+		if w && !h {
+			miss = append(miss, name)
+		}
+	}
+	check("process boundary", want.ProcessBoundary, g.ProcessBoundary)
+	check("write boundary", want.WriteBoundary, g.WriteBoundary)
+	check("read boundary", want.ReadBoundary, g.ReadBoundary)
+	check("environment scrub", want.EnvScrub, g.EnvScrub)
+	check("network boundary", want.NetworkBoundary, g.NetworkBoundary)
+	check("resource limits", want.ResourceLimits, g.ResourceLimits)
+	if want.Lifetime > g.Lifetime {
+		miss = append(miss, "lifetime containment "+want.Lifetime.String())
+	}
+	return miss
+}
+
+// guaranteesJSON is the stable JSON shape of [Guarantees]; see
+// MarshalJSON.
+type guaranteesJSON struct {
+	Level           string   `json:"level"`
+	ProcessBoundary bool     `json:"processBoundary"`
+	WriteBoundary   bool     `json:"writeBoundary"`
+	ReadBoundary    bool     `json:"readBoundary"`
+	EnvScrub        bool     `json:"envScrub"`
+	NetworkBoundary bool     `json:"networkBoundary"`
+	ResourceLimits  bool     `json:"resourceLimits"`
+	Lifetime        string   `json:"lifetime"`
+	Mechanisms      []string `json:"mechanisms"`
+}
+
+// MarshalJSON encodes g with lower-camel-case keys, the level and lifetime
+// as names ("full", "enforced") and mechanisms as an array (never null).
+// The shape is stable: keys are only ever added.
+func (g Guarantees) MarshalJSON() ([]byte, error) {
+	m := g.Mechanisms
+	if m == nil {
+		m = []string{}
+	}
+	return json.Marshal(guaranteesJSON{
+		Level:           g.Level.String(),
+		ProcessBoundary: g.ProcessBoundary,
+		WriteBoundary:   g.WriteBoundary,
+		ReadBoundary:    g.ReadBoundary,
+		EnvScrub:        g.EnvScrub,
+		NetworkBoundary: g.NetworkBoundary,
+		ResourceLimits:  g.ResourceLimits,
+		Lifetime:        g.Lifetime.String(),
+		Mechanisms:      m,
+	})
+}
+
+// HelperEnv is the environment variable that marks a process as a
+// re-executed runbox helper; its value names the helper. [Init] dispatches
+// on it.
+const HelperEnv = "RUNBOX_HELPER"
+
+var (
+	helpersMu   sync.Mutex
+	helpers     = map[string]func() int{}
+	initialized atomic.Bool
+)
+
+// RegisterHelper makes main available as the helper called name, run by
+// [Init] in a process re-executed with HelperEnv=name. Backends call it
+// from an init function; name must be unique.
+func RegisterHelper(name string, main func() int) {
+	helpersMu.Lock()
+	defer helpersMu.Unlock()
+	if _, dup := helpers[name]; dup || name == "" || strings.ContainsAny(name, "=\x00") {
+		panic(fmt.Sprintf("runbox: RegisterHelper(%q): invalid or duplicate name", name))
+	}
+	helpers[name] = main
+}
+
+// Init must be the first call in main (and in TestMain) of any program that
+// confines host processes. In a process that a backend re-executed as a
+// helper (for example the Linux sandbox's stage 2) it runs that helper and
+// exits, so nothing else of the program runs there; otherwise it returns at
+// once and records that the program is ready to confine.
+func Init() {
+	name, ok := os.LookupEnv(HelperEnv)
+	if !ok {
+		initialized.Store(true)
+		return
+	}
+	helpersMu.Lock()
+	main := helpers[name]
+	helpersMu.Unlock()
+	if main == nil {
+		fmt.Fprintf(os.Stderr, "runbox: unknown helper %q (is its backend linked into this program?)\n", name)
+		os.Exit(125)
+	}
+	os.Exit(main())
+}
+
+// Initialized reports whether [Init] has run in this (non-helper) process.
+func Initialized() bool { return initialized.Load() }

@@ -1,0 +1,479 @@
+package host
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+
+	"github.com/landlock-lsm/go-landlock/landlock"
+	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"golang.org/x/sys/unix"
+)
+
+// The stage-2 helper runs in a re-executed copy of the program (see
+// runbox.Init), as the init (PID 1) of fresh user, mount, PID, IPC and
+// (without network) network namespaces. It builds the sandbox's filesystem,
+// then starts the command from one OS thread that it first restricts
+// (no_new_privs, Landlock, no capabilities, seccomp), so that only the
+// command inherits those restrictions. It stays as init: it forwards
+// signals to the command, reaps orphans, reports the command's status on
+// fd 4 and exits with the command, which makes the kernel kill whatever is
+// left in the namespace.
+
+// Helper file descriptors, from exec.Cmd.ExtraFiles.
+const (
+	helperSpecFD   = 3
+	helperStatusFD = 4
+)
+
+// Where the helper assembles the new root. The base is a fresh tmpfs
+// mounted over /tmp in the helper's private mount namespace only.
+const (
+	sandboxBase    = "/tmp"
+	sandboxNewRoot = "/newroot"
+	sandboxOldRoot = "/oldroot"
+)
+
+func stage2Main() int {
+	// Neither descriptor may reach the command.
+	unix.CloseOnExec(helperSpecFD)
+	unix.CloseOnExec(helperStatusFD)
+	status := os.NewFile(helperStatusFD, "status")
+	fail := func(err error) int {
+		_ = writeStatus(status, statusError, []byte(err.Error()))
+		return 125
+	}
+	specF := os.NewFile(helperSpecFD, "spec")
+	var conf spawnConf
+	err := json.NewDecoder(specF).Decode(&conf)
+	specF.Close()
+	if err != nil {
+		return fail(fmt.Errorf("read spec: %w", err))
+	}
+	if !conf.Probe && conf.Path == "" {
+		return fail(errHelperNoCommand)
+	}
+	mech := []string{"user-ns", "mount-ns", "pid-ns", "ipc-ns"}
+	if err := buildRoot(&conf); err != nil {
+		return fail(err)
+	}
+	mech = append(mech, "proc")
+	if !conf.BroadWrite {
+		mech = append(mech, "mount-ro")
+	}
+	if !conf.Network {
+		mech = append(mech, "net-ns")
+		// Loopback up: programs may talk to themselves; the host's
+		// loopback is another interface in another namespace.
+		_ = loopbackUp()
+	}
+
+	// The restrictions go on one locked thread, which is never unlocked:
+	// when its goroutine ends, the runtime retires the thread with them.
+	type started struct {
+		proc *os.Process
+		mech []string
+		err  error
+	}
+	ch := make(chan started, 1)
+	go func() {
+		runtime.LockOSThread()
+		m, err := restrictThread(&conf)
+		if err != nil || conf.Probe {
+			ch <- started{mech: m, err: err}
+			return
+		}
+		p, err := os.StartProcess(conf.Path, conf.Args, &os.ProcAttr{
+			Dir:   conf.Dir,
+			Env:   conf.Env,
+			Files: []*os.File{os.Stdin, os.Stdout, os.Stderr},
+			// A session of its own: the terminal (if any) becomes its
+			// controlling terminal, and signals reach it as a group.
+			Sys: &syscall.SysProcAttr{Setsid: true, Setctty: conf.TTY, Ctty: 0},
+		})
+		ch <- started{proc: p, mech: m, err: err}
+	}()
+	st := <-ch
+	if st.err != nil {
+		return fail(st.err)
+	}
+	mech = append(mech, st.mech...)
+	if conf.Probe {
+		b, _ := json.Marshal(mech)
+		_ = writeStatus(status, statusProbe, b)
+		return 0
+	}
+	// Signals for the tree arrive here first (the parent signals the
+	// helper's process group); pass them on to the command's group.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2)
+	pid := st.proc.Pid
+	if err := writeStatus(status, statusRunning, nil); err != nil {
+		return 125
+	}
+	done := make(chan unix.WaitStatus, 1)
+	go reapAll(pid, done)
+	for {
+		select {
+		case s := <-sigs:
+			n := s.(syscall.Signal)
+			if unix.Kill(-pid, n) != nil {
+				_ = unix.Kill(pid, n)
+			}
+		case ws := <-done:
+			var b [4]byte
+			code := ws.ExitStatus()
+			kind := byte(statusExit)
+			if ws.Signaled() {
+				kind = statusSignal
+				binary.BigEndian.PutUint32(b[:], uint32(ws.Signal()))
+				code = 128 + int(ws.Signal())
+			} else {
+				binary.BigEndian.PutUint32(b[:], uint32(code))
+			}
+			_ = writeStatus(status, kind, b[:])
+			// Exiting as init kills everything left in the namespace.
+			return code
+		}
+	}
+}
+
+// reapAll reaps every child of init (orphans are re-parented to it) until
+// the command itself ends.
+func reapAll(pid int, done chan<- unix.WaitStatus) {
+	for {
+		var ws unix.WaitStatus
+		got, err := unix.Wait4(-1, &ws, 0, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			// No child left, which cannot happen before the command's end
+			// was seen; report it as a failure rather than spinning.
+			done <- unix.WaitStatus(255 << 8)
+			return
+		}
+		if got == pid {
+			done <- ws
+			return
+		}
+	}
+}
+
+// buildRoot assembles the sandbox's root and pivots into it: the host's
+// tree bound read-only (unless BroadWrite), the writable roots bound
+// read-write, the visible paths bound read-only, a fresh /proc for the new
+// PID namespace, a minimal /dev, and private /tmp and /run.
+func buildRoot(c *spawnConf) error {
+	step := func(what string, err error) error {
+		if err != nil {
+			return fmt.Errorf("sandbox setup: %s: %w", what, err)
+		}
+		return nil
+	}
+	// Nothing done here may propagate back to the host.
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return step("make mounts private", err)
+	}
+	if err := unix.Mount("tmpfs", sandboxBase, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0700"); err != nil {
+		return step("mount base tmpfs", err)
+	}
+	for _, d := range []string{sandboxNewRoot, sandboxOldRoot} {
+		if err := unix.Mkdir(sandboxBase+d, 0o700); err != nil {
+			return step("mkdir "+d, err)
+		}
+	}
+	if err := unix.PivotRoot(sandboxBase, sandboxBase+sandboxOldRoot); err != nil {
+		return step("pivot_root to base", err)
+	}
+	if err := unix.Chdir("/"); err != nil {
+		return step("chdir", err)
+	}
+	// After the pivot the host's tree is /oldroot, and its /tmp is no longer
+	// covered by the base.
+	if err := unix.Mount(sandboxOldRoot, sandboxNewRoot, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
+		return step("bind host root", err)
+	}
+	attr := uint64(unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV)
+	if !c.BroadWrite {
+		attr |= unix.MOUNT_ATTR_RDONLY
+	}
+	if err := unix.MountSetattr(unix.AT_FDCWD, sandboxNewRoot, unix.AT_RECURSIVE, &unix.MountAttr{Attr_set: attr}); err != nil {
+		return step("make host root read-only", err)
+	}
+	nr := func(p string) string { return sandboxNewRoot + p }
+	if err := unix.Mount("proc", nr("/proc"), "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return step("mount /proc", err)
+	}
+	// Kernel tunables stay read-only even for a root that owns them.
+	for _, p := range []string{"/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus"} {
+		if _, err := os.Lstat(nr(p)); err == nil {
+			if err := bindPath(nr(p), nr(p), true); err != nil {
+				return step("read-only "+p, err)
+			}
+		}
+	}
+	if err := buildDev(nr("/dev")); err != nil {
+		return step("/dev", err)
+	}
+	if !c.BroadWrite {
+		if err := unix.Mount("tmpfs", nr("/tmp"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
+			return step("mount /tmp", err)
+		}
+	}
+	// /run holds the host's service sockets (a container engine's among
+	// them), which a read-only mount does not stop anyone from connecting to.
+	if fi, err := os.Lstat(nr("/run")); err == nil && fi.IsDir() {
+		if err := unix.Mount("tmpfs", nr("/run"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=0755"); err != nil {
+			return step("mount /run", err)
+		}
+	}
+	type bind struct {
+		path string
+		ro   bool
+	}
+	var binds []bind
+	for _, p := range c.Writable {
+		binds = append(binds, bind{p, false})
+	}
+	for _, p := range c.Visible {
+		binds = append(binds, bind{p, true})
+	}
+	// Parents first, so that a nested root is bound on top of its parent.
+	slices.SortStableFunc(binds, func(a, b bind) int { return strings.Compare(a.path, b.path) })
+	for _, b := range binds {
+		if err := bindPath(sandboxOldRoot+b.path, nr(b.path), b.ro); err != nil {
+			return step("bind "+b.path, err)
+		}
+	}
+	if err := unix.Chdir(sandboxNewRoot); err != nil {
+		return step("chdir new root", err)
+	}
+	if err := unix.PivotRoot(".", "."); err != nil {
+		return step("pivot_root", err)
+	}
+	// The old root (the base with the host's tree under it) is now stacked
+	// under "."; detach it so that nothing of it stays reachable.
+	if err := unix.Unmount(".", unix.MNT_DETACH); err != nil {
+		return step("detach old root", err)
+	}
+	return step("chdir /", unix.Chdir("/"))
+}
+
+// noSymlinks resolves a path without following any symlink, so that a
+// component swapped for a symlink after preparation fails instead of
+// redirecting the bind.
+func noSymlinks(path string) (int, error) {
+	return unix.Openat2(unix.AT_FDCWD, path, &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_NO_SYMLINKS,
+	})
+}
+
+// bindPath binds src (a directory tree or a file) onto dst, creating dst in
+// a private tmpfs when needed.
+func bindPath(src, dst string, ro bool) error {
+	sfd, err := noSymlinks(src)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(sfd)
+	var st unix.Stat_t
+	if err := unix.Fstat(sfd, &st); err != nil {
+		return err
+	}
+	if _, err := os.Lstat(dst); errors.Is(err, os.ErrNotExist) {
+		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
+			return err
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			err = unix.Mkdir(dst, 0o755)
+		} else {
+			var fd int
+			fd, err = unix.Open(dst, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o644)
+			if err == nil {
+				unix.Close(fd)
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+	tree, err := unix.OpenTree(sfd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH|unix.AT_RECURSIVE)
+	if err != nil {
+		return fmt.Errorf("open_tree: %w", err)
+	}
+	defer unix.Close(tree)
+	attr := uint64(unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV)
+	if ro {
+		attr |= unix.MOUNT_ATTR_RDONLY
+	}
+	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &unix.MountAttr{Attr_set: attr}); err != nil {
+		return fmt.Errorf("mount_setattr: %w", err)
+	}
+	dfd, err := noSymlinks(dst)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dfd)
+	if err := unix.MoveMount(tree, "", dfd, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
+		return fmt.Errorf("move_mount: %w", err)
+	}
+	return nil
+}
+
+// buildDev mounts a minimal /dev: the harmless character devices bound
+// from the host, a private devpts and shm, and the usual symlinks.
+func buildDev(dev string) error {
+	if err := unix.Mount("tmpfs", dev, "tmpfs", unix.MS_NOSUID|unix.MS_NOEXEC, "mode=0755"); err != nil {
+		return err
+	}
+	for _, n := range []string{"null", "zero", "full", "random", "urandom", "tty"} {
+		p := filepath.Join(dev, n)
+		fd, err := unix.Open(p, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o666)
+		if err != nil {
+			return err
+		}
+		unix.Close(fd)
+		if err := unix.Mount(filepath.Join(sandboxOldRoot, "dev", n), p, "", unix.MS_BIND, ""); err != nil {
+			return fmt.Errorf("bind %s: %w", n, err)
+		}
+	}
+	for link, target := range map[string]string{
+		"fd": "/proc/self/fd", "stdin": "/proc/self/fd/0", "stdout": "/proc/self/fd/1",
+		"stderr": "/proc/self/fd/2", "ptmx": "pts/ptmx",
+	} {
+		if err := unix.Symlink(target, filepath.Join(dev, link)); err != nil {
+			return err
+		}
+	}
+	for _, d := range []string{"pts", "shm"} {
+		if err := unix.Mkdir(filepath.Join(dev, d), 0o755); err != nil {
+			return err
+		}
+	}
+	// A private devpts lets the command open new terminals; it is a
+	// convenience, so a kernel that refuses it in a user namespace is no
+	// failure.
+	_ = unix.Mount("devpts", filepath.Join(dev, "pts"), "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620")
+	return unix.Mount("tmpfs", filepath.Join(dev, "shm"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777")
+}
+
+// loopbackUp brings the new network namespace's lo interface up.
+func loopbackUp() error {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return err
+	}
+	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
+	return unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr)
+}
+
+// restrictThread applies, to the calling (locked) thread only, what the
+// command inherits: no_new_privs, a Landlock domain (when the kernel has
+// Landlock), an empty capability bounding set and the seccomp filter. It
+// returns the mechanisms it applied.
+func restrictThread(c *spawnConf) ([]string, error) {
+	var mech []string
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return nil, fmt.Errorf("no_new_privs: %w", err)
+	}
+	mech = append(mech, "no-new-privs")
+	// go-landlock's best-effort mode succeeds silently without Landlock, so
+	// the ABI is asked for directly and only a real domain is reported.
+	if abi, err := llsys.LandlockGetABIVersion(); err == nil && abi > 0 {
+		if err := applyLandlock(c); err != nil {
+			return nil, fmt.Errorf("landlock: %w", err)
+		}
+		mech = append(mech, fmt.Sprintf("landlock-abi-%d", abi))
+	}
+	// Root inside the namespace must not keep capabilities over the
+	// sandbox: with an empty bounding set, exec grants none.
+	for cp := 0; ; cp++ {
+		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(cp), 0, 0, 0); err != nil {
+			if err == unix.EINVAL && cp > 0 {
+				break
+			}
+			return nil, fmt.Errorf("drop capability %d: %w", cp, err)
+		}
+	}
+	_ = unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
+	mech = append(mech, "no-capabilities")
+	if f := seccompFilter(); f != nil {
+		if err := installSeccomp(f); err != nil {
+			return nil, err
+		}
+		mech = append(mech, "seccomp")
+	}
+	return mech, nil
+}
+
+// applyLandlock restricts the calling thread: read (and execute) access to
+// the readable roots (everything without a list), full access to the
+// writable roots and the private /tmp and /dev, no TCP without network,
+// and no signals or abstract sockets across the domain's boundary.
+func applyLandlock(c *spawnConf) error {
+	cfg := landlock.V11.BestEffort()
+	if c.Network {
+		cfg.HandledAccessNet = 0
+	}
+	var rules []landlock.Rule
+	addRO := func(paths ...string) {
+		for _, p := range paths {
+			if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
+				rules = append(rules, landlock.ROFiles(p))
+			} else {
+				rules = append(rules, landlock.RODirs(p).IgnoreIfMissing())
+			}
+		}
+	}
+	addRW := func(paths ...string) {
+		for _, p := range paths {
+			if fi, err := os.Stat(p); err == nil && !fi.IsDir() {
+				rules = append(rules, landlock.RWFiles(p).WithIoctlDev())
+			} else {
+				rules = append(rules, landlock.RWDirs(p).WithRefer().WithIoctlDev().IgnoreIfMissing())
+			}
+		}
+	}
+	switch {
+	case c.BroadWrite && c.Readable == nil:
+		addRW("/")
+	case c.BroadWrite:
+		addRW(c.Readable...)
+	case c.Readable == nil:
+		addRO("/")
+	default:
+		addRO(c.Readable...)
+		addRO("/proc")
+	}
+	if !c.BroadWrite {
+		addRW(c.Writable...)
+		addRW("/tmp", "/dev")
+	}
+	fd, flags, err := cfg.NewRulesetFD(rules...)
+	if err != nil {
+		return err
+	}
+	if fd < 0 {
+		return nil
+	}
+	defer unix.Close(fd)
+	return llsys.LandlockRestrictSelf(fd, flags)
+}
