@@ -15,6 +15,12 @@ import (
 const helperEnv = "RUNBOX_HOST_TEST_HELPER"
 
 func TestMain(m *testing.M) {
+	if os.Getenv(helperEnv) == "no-init" {
+		// A program that forgot runbox.Init: a policy must be refused.
+		_, err := New(WithPolicy(Policy{}))
+		fmt.Println(err)
+		os.Exit(0)
+	}
 	// First: a re-executed sandbox helper runs here and never returns.
 	Init()
 	if mode := os.Getenv(helperEnv); mode != "" {

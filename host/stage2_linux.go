@@ -43,6 +43,10 @@ const (
 )
 
 func stage2Main() int {
+	// The main thread (the thread-group leader, which is what others see
+	// as this process) must never pick up the command's restrictions, so
+	// the goroutine that applies them must not run on it.
+	runtime.LockOSThread()
 	// Neither descriptor may reach the command.
 	unix.CloseOnExec(helperSpecFD)
 	unix.CloseOnExec(helperStatusFD)
