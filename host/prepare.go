@@ -139,6 +139,10 @@ func (e *Executor) PrepareProcess(ctx context.Context, o ProcessOptions) (*Prepa
 	}, nil
 }
 
+// EffectiveAccess returns the write authority every process of this
+// executor gets (see [PreparedProcess.EffectiveAccess]).
+func (e *Executor) EffectiveAccess() runbox.ProcessAccess { return e.access() }
+
 // access is the write authority of the executor's processes: broad without
 // a policy (nothing confines them) or with BroadWrite, otherwise the
 // canonical writable roots. The private HOME and TMPDIR are the

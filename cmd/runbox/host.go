@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -20,20 +21,48 @@ func newHost() *cobra.Command {
 	var xf execFlags
 	var limit int64
 	var inherit bool
+	var hf hostFlags
 	cmd := &cobra.Command{
 		Use:   "host [flags] -- ARGV...",
-		Short: "Run a command on this machine (not isolated)",
-		Long: `host runs ARGV literally on this machine, in its own process group (and its
-own cgroup where Linux allows), and tears down everything it started when
-it ends. It is NOT a sandbox: the command has your user's full authority.
+		Short: "Run a command on this machine, confined by default",
+		Long: `host runs ARGV literally on this machine, confined: it may write only the
+working directory (-w, default the current directory) and the --write
+paths, it has no network unless --network, and it cannot see or signal
+your other processes. Everything else is read-only. It gets a private,
+empty HOME and TMPDIR (removed afterwards) and a private /tmp. Everything
+it started is torn down when it ends.
+
+On Linux the sandbox is user, mount, PID, IPC and network namespaces,
+Landlock, seccomp and no capabilities; on macOS a Seatbelt profile
+(sandbox-exec). Where this machine cannot enforce the sandbox, host refuses
+to run rather than run unconfined: --unconfined is the explicit choice to
+run with your user's full authority (the behaviour of earlier versions).
 
 The command does not inherit your whole environment: it gets PATH, HOME,
 TMPDIR, LANG, USER (and TERM with -t) plus -e entries; --inherit-env passes
 everything, --clean-env only the -e entries. Stdin is passed through.
 --output-limit stops the command once stdout and stderr together exceed
-the limit (exit status 125).`,
+the limit (exit status 125).
+
+--json reports what was enforced: after the command ends, runbox writes one
+line to stderr, always the last line and always starting a line, holding a
+JSON object:
+
+  {"guarantees":{"level":"full","processBoundary":true,"writeBoundary":true,
+   "readBoundary":false,"envScrub":true,"networkBoundary":true,
+   "resourceLimits":false,"lifetime":"enforced","mechanisms":[...]},
+   "access":{"kind":"scoped-write","writePaths":["/src"]},
+   "exitCode":0,"signal":""}
+
+level is none, degraded or full; lifetime is unspecified, best-effort or
+enforced; kind is read-only, scoped-write or broad-write. exitCode is -1
+when the command did not complete (then "error" holds the reason). Keys
+are only ever added. stdout stays the command's own.`,
 		Example: `  runbox host -- git status
   runbox host --timeout 10m -w ./src -- make test
+  runbox host --write ~/.cache/go-build --network -- go test ./...
+  runbox host --json -- make
+  runbox host --unconfined -- ./deploy.sh
   runbox host --output-limit 1048576 -- ./noisy-tool
   runbox host -t -- top`,
 		Args: cobra.MinimumNArgs(1),
@@ -54,11 +83,28 @@ the limit (exit status 125).`,
 			if inherit {
 				opts = append(opts, host.WithInheritEnv())
 			}
+			if !hf.unconfined {
+				p, err := hf.policy(c.Dir)
+				if err != nil {
+					return err
+				}
+				opts = append(opts, host.WithPolicy(p))
+			} else if len(hf.write) > 0 || hf.network {
+				return fmt.Errorf("%w: --write and --network shape the sandbox; --unconfined has none", runbox.ErrInvalidCommand)
+			}
 			e, err := host.New(opts...)
 			if err != nil {
+				if errors.Is(err, host.ErrConfinementUnavailable) {
+					return fmt.Errorf("%w (pass --unconfined to run with your user's full authority)", err)
+				}
 				return err
 			}
 			defer e.Close()
+			var rep *hostReport
+			if hf.json {
+				rep = &hostReport{e: e, stderr: &lastByteWriter{w: os.Stderr}}
+				defer rep.print()
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			runCtx, cancel := context.WithCancelCause(ctx)
@@ -70,17 +116,25 @@ the limit (exit status 125).`,
 			}
 			if c.TTY {
 				res, err := runHostTTY(runCtx, e, c)
+				rep.record(res, err)
 				return outcome(ctx, timeout, res, err)
 			}
-			streams := runbox.Streams{Stdout: os.Stdout, Stderr: os.Stderr}
+			var stderr io.Writer = os.Stderr
+			if rep != nil {
+				stderr = rep.stderr
+			}
+			streams := runbox.Streams{Stdout: os.Stdout, Stderr: stderr}
 			if limit > 0 {
 				lw := &limitWriter{left: limit, exceeded: func() { cancel(runbox.ErrOutputLimit) }}
-				streams = runbox.Streams{Stdout: lw.to(os.Stdout), Stderr: lw.to(os.Stderr)}
+				streams = runbox.Streams{Stdout: lw.to(os.Stdout), Stderr: lw.to(stderr)}
 			}
 			res, err := e.Run(runCtx, c, streams)
 			if err != nil && errors.Is(context.Cause(runCtx), runbox.ErrOutputLimit) {
-				return fmt.Errorf("%w: more than %d bytes of output; the command was stopped", runbox.ErrOutputLimit, limit)
+				err = fmt.Errorf("%w: more than %d bytes of output; the command was stopped", runbox.ErrOutputLimit, limit)
+				rep.record(res, err)
+				return err
 			}
+			rep.record(res, err)
 			return outcome(ctx, timeout, res, err)
 		},
 	}
@@ -89,7 +143,94 @@ the limit (exit status 125).`,
 	_ = cmd.Flags().MarkHidden("interactive") // stdin is always passed through
 	cmd.Flags().Int64Var(&limit, "output-limit", 0, "stop the command after this many bytes of stdout+stderr")
 	cmd.Flags().BoolVar(&inherit, "inherit-env", false, "pass this process's whole environment")
+	cmd.Flags().StringArrayVar(&hf.write, "write", nil, "let the command write PATH (a directory tree or a file; repeatable)")
+	cmd.Flags().BoolVar(&hf.network, "network", false, "give the command network access")
+	cmd.Flags().BoolVar(&hf.unconfined, "unconfined", false, "run without a sandbox, with your user's full authority")
+	cmd.Flags().BoolVar(&hf.json, "json", false, "write a JSON report of the enforced guarantees as the last line of stderr")
 	return cmd
+}
+
+// hostFlags shape the sandbox of `runbox host`.
+type hostFlags struct {
+	write      []string
+	network    bool
+	unconfined bool
+	json       bool
+}
+
+// policy is the sandbox for a command run in dir ("" for the current
+// directory): dir and the --write paths are writable.
+func (f *hostFlags) policy(dir string) (host.Policy, error) {
+	if dir == "" {
+		wd, err := os.Getwd()
+		if err != nil {
+			return host.Policy{}, err
+		}
+		dir = wd
+	}
+	return host.Policy{WritableRoots: append([]string{dir}, f.write...), Network: f.network}, nil
+}
+
+// hostReport is the --json line.
+type hostReport struct {
+	e      *host.Executor
+	stderr *lastByteWriter
+	res    runbox.Result
+	err    error
+}
+
+func (r *hostReport) record(res runbox.Result, err error) {
+	if r != nil {
+		r.res, r.err = res, err
+	}
+}
+
+// print writes the report as the last line of stderr, starting a new line
+// if the command's output did not end with one.
+func (r *hostReport) print() {
+	type access struct {
+		Kind       string   `json:"kind"`
+		WritePaths []string `json:"writePaths"`
+	}
+	out := struct {
+		Guarantees runbox.Guarantees `json:"guarantees"`
+		Access     access            `json:"access"`
+		ExitCode   int               `json:"exitCode"`
+		Signal     string            `json:"signal"`
+		Error      string            `json:"error,omitempty"`
+	}{Guarantees: r.e.Guarantees(), ExitCode: r.res.ExitCode, Signal: r.res.Signal}
+	a := r.e.EffectiveAccess()
+	out.Access = access{Kind: a.Kind().String(), WritePaths: a.WritePaths()}
+	if out.Access.WritePaths == nil {
+		out.Access.WritePaths = []string{}
+	}
+	if r.err != nil {
+		out.ExitCode, out.Error = -1, r.err.Error()
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return
+	}
+	if r.stderr.last != 0 && r.stderr.last != '\n' {
+		os.Stderr.Write([]byte{'\n'})
+	}
+	os.Stderr.Write(append(b, '\n'))
+}
+
+// lastByteWriter remembers the last byte written through it.
+type lastByteWriter struct {
+	mu   sync.Mutex
+	w    io.Writer
+	last byte
+}
+
+func (l *lastByteWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(p) > 0 {
+		l.last = p[len(p)-1]
+	}
+	return l.w.Write(p)
 }
 
 // runHostTTY runs c under a pseudo-terminal wired to this terminal.

@@ -36,6 +36,7 @@ type exitCode struct {
 func (e *exitCode) Error() string { return fmt.Sprintf("exit status %d", e.code) }
 
 func main() {
+	runbox.Init() // a re-executed sandbox helper runs here, before anything else
 	os.Exit(execute(os.Args[1:]))
 }
 
