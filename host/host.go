@@ -4,12 +4,15 @@
 // pseudo-terminal, signals, and teardown of the whole process tree.
 //
 // The host backend implements [runbox.Process] only. It has no images,
-// sessions or snapshots, and it confines nothing: a host process runs with
-// the caller's full authority (user, files, network). What it does
-// guarantee is an honest lifecycle: every process it starts is waited for,
-// its descendants are torn down when it ends, and
-// [Process.LifetimeContainment] reports how strong that teardown really
-// was.
+// sessions or snapshots. Without [WithPolicy] it confines nothing: a host
+// process runs with the caller's full authority (user, files, network).
+// With a policy every process is confined (on Linux: namespaces, Landlock,
+// seccomp; on macOS: Seatbelt; on Windows: a job object), and
+// [Executor.Guarantees] reports what is really enforced; a program that
+// confines must call [runbox.Init] first in main. Either way the lifecycle
+// is honest: every process it starts is waited for, its descendants are
+// torn down when it ends, and [Process.LifetimeContainment] reports how
+// strong that teardown really was.
 //
 // The API follows os/exec: [Executor.PrepareProcess] corresponds to
 // building an exec.Cmd, [PreparedProcess.Start] to Cmd.Start and
