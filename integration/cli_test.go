@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -60,9 +61,16 @@ type cliResult struct {
 // cli runs the runbox binary as a user would.
 func cli(t *testing.T, stdin io.Reader, args ...string) cliResult {
 	t.Helper()
+	return cliIn(t, "", stdin, args...)
+}
+
+// cliIn runs the runbox binary in dir.
+func cliIn(t *testing.T, dir string, stdin io.Reader, args ...string) cliResult {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, runboxBinary(t), args...)
+	cmd.Dir = dir
 	var out, errb bytes.Buffer
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, &out, &errb
 	err := cmd.Run()
@@ -287,4 +295,70 @@ func TestCLIHost(t *testing.T) {
 
 	r = cli(t, nil, "host", "--", "/no/such/program")
 	assert.Equal(t, 125, r.code)
+}
+
+func TestCLIHostConfinement(t *testing.T) {
+	work, other := t.TempDir(), t.TempDir()
+	target := filepath.Join(other, "out")
+	write := "echo x > " + target
+
+	r := cliIn(t, work, nil, "host", "--json", "--", "sh", "-c", "echo in > here && "+write)
+	assert.NotEqual(t, 0, r.code, "a write outside the working directory is refused")
+	assert.NotEqual(t, 125, r.code, "the command ran; its write failed")
+	assert.NoFileExists(t, target)
+	assert.FileExists(t, filepath.Join(work, "here"), "the working directory is writable")
+
+	lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+	var report struct {
+		Guarantees struct {
+			Level           string
+			WriteBoundary   bool
+			NetworkBoundary bool
+			ProcessBoundary bool
+		}
+		Access struct {
+			Kind       string
+			WritePaths []string
+		}
+		ExitCode int
+	}
+	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &report), r.stderr)
+	assert.Equal(t, "full", report.Guarantees.Level)
+	assert.True(t, report.Guarantees.WriteBoundary)
+	assert.True(t, report.Guarantees.NetworkBoundary)
+	assert.True(t, report.Guarantees.ProcessBoundary)
+	assert.Equal(t, "scoped-write", report.Access.Kind)
+	canonical, err := filepath.EvalSymlinks(work)
+	require.NoError(t, err)
+	assert.Contains(t, report.Access.WritePaths, canonical)
+	assert.Equal(t, r.code, report.ExitCode)
+	assert.Empty(t, r.stdout, "stdout stays the command's own")
+
+	r = cliIn(t, work, nil, "host", "--write", other, "--", "sh", "-c", write)
+	assert.Equal(t, 0, r.code, r.stderr)
+	assert.FileExists(t, target)
+	require.NoError(t, os.Remove(target))
+
+	r = cliIn(t, work, nil, "host", "--unconfined", "--", "sh", "-c", write)
+	assert.Equal(t, 0, r.code, r.stderr)
+	assert.FileExists(t, target)
+
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	connect := "exec 3<>/dev/tcp/127.0.0.1/" + port
+	r = cliIn(t, work, nil, "host", "--", "bash", "-c", connect)
+	assert.NotEqual(t, 0, r.code, "no network unless asked")
+	r = cliIn(t, work, nil, "host", "--network", "--", "bash", "-c", connect)
+	assert.Equal(t, 0, r.code, r.stderr)
 }
