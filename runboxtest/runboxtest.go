@@ -223,9 +223,11 @@ func checkReadBoundary(t *testing.T, b Backend) {
 
 // connectScript connects to host:port with whatever the image has and
 // exits 0 only when the connection was established; 127 means no tool.
+// nc is used without -z, which busybox's nc lacks: with stdin at EOF every
+// nc variant connects, sends nothing and exits 0.
 func connectScript(host, port string) string {
 	return fmt.Sprintf(`if command -v bash >/dev/null 2>&1; then exec bash -c 'exec 3<>/dev/tcp/%[1]s/%[2]s'
-elif command -v nc >/dev/null 2>&1; then exec nc -z -w 10 %[1]s %[2]s
+elif command -v nc >/dev/null 2>&1; then exec nc -w 10 %[1]s %[2]s </dev/null
 else echo "no bash or nc" >&2; exit 127; fi`, host, port)
 }
 
@@ -256,6 +258,9 @@ func checkNetwork(t *testing.T, b Backend) {
 		t.Fatal(err)
 	}
 	mustRun(t, b.Name+" control", b.Control, connectScript(host, port))
+	// The backend may be another system (a container): it must have a
+	// connect tool too, or its refusal would prove nothing.
+	mustRun(t, b.Name+" backend", b.Process, "command -v bash >/dev/null 2>&1 || command -v nc >/dev/null 2>&1")
 	refused(t, b, "connect to "+addr, connectScript(host, port))
 }
 
