@@ -135,6 +135,9 @@ func (e *Executor) startConfined(conf *spawnConf, build func() *exec.Cmd) (*exec
 		c := build()
 		// /proc/self/exe is this very binary, whatever happened to its path.
 		c.Path = "/proc/self/exe"
+		if e.cfg.helper != "" {
+			c.Path = e.cfg.helper
+		}
 		c.Args = []string{"runbox-sandbox"}
 		c.Env = []string{runbox.HelperEnv + "=" + stage2Name}
 		c.Dir = ""
@@ -199,7 +202,7 @@ func (e *Executor) probeConfinement() (runbox.Guarantees, error) {
 	if cp.policy.Unconfined {
 		return g, nil
 	}
-	if !runbox.Initialized() {
+	if !runbox.Initialized() && e.cfg.helper == "" {
 		return g, fmt.Errorf("%w: the program must call runbox.Init() first in main (and in TestMain) so that the sandbox helper can run", ErrConfinementUnavailable)
 	}
 	dir, err := canonicalPath("/")

@@ -61,6 +61,22 @@ type config struct {
 	waitDelay  time.Duration
 	noCgroup   bool
 	policy     *Policy
+	helper     string // the stage-2 helper program; "" re-executes this binary
+}
+
+// WithHelper runs the Linux sandbox's stage-2 helper from the program at
+// path instead of re-executing the current binary. The program must link
+// this package and call runbox.Init first in main, as cmd/runbox-sandbox
+// does. A small dedicated helper starts faster than a large program re-run,
+// and the calling program then need not call runbox.Init itself.
+func WithHelper(path string) Option {
+	return func(c *config) error {
+		if path == "" {
+			return fmt.Errorf("host: WithHelper: empty path")
+		}
+		c.helper = path
+		return nil
+	}
 }
 
 // WithInheritEnv makes children inherit the caller's whole environment
