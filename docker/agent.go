@@ -129,13 +129,20 @@ func (e *Executor) planAgent(ctx context.Context, spec runbox.Spec) (*agentPlan,
 	if e.agentMode == agentOff {
 		return nil, nil
 	}
+	candidates := e.agentCandidates()
+	if len(candidates) == 0 {
+		if e.agentMode == agentRequired {
+			return nil, fmt.Errorf("%w: no agent binary (WithAgent, $%s, or runbox on PATH)", ErrAgentUnavailable, EnvAgent)
+		}
+		return nil, nil // plain exec, without an extra round trip
+	}
 	img, err := e.cli.ImageInspect(ctx, spec.Image)
 	if err != nil {
 		return nil, classifyImageErr(spec.Image, err)
 	}
 	var reasons []string
 	var binary string
-	for _, p := range e.agentCandidates() {
+	for _, p := range candidates {
 		if err := checkAgentBinary(p, img.Architecture); err != nil {
 			reasons = append(reasons, err.Error())
 			continue
@@ -144,9 +151,6 @@ func (e *Executor) planAgent(ctx context.Context, spec runbox.Spec) (*agentPlan,
 		break
 	}
 	if binary == "" {
-		if len(reasons) == 0 {
-			reasons = append(reasons, "no agent binary (WithAgent, $"+EnvAgent+", or runbox on PATH)")
-		}
 		if e.agentMode == agentRequired {
 			return nil, fmt.Errorf("%w: %s", ErrAgentUnavailable, strings.Join(reasons, "; "))
 		}
