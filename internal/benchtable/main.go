@@ -1,15 +1,20 @@
 // Command benchtable reads `go test -bench` output on stdin and prints, for
 // every benchmark that has "runbox" and "raw" (or other baseline)
 // sub-benchmarks, a table with the ratio runbox/baseline of time per
-// operation. It passes the raw lines through to stderr.
+// operation. With -count N each figure is the median of the N runs, which
+// tames the Engine's run-to-run noise. It passes the raw lines through to
+// stderr.
 package main
 
 import (
 	"bufio"
+	"cmp"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -22,6 +27,13 @@ type row struct {
 	ns, mbs float64
 }
 
+// median returns the row with the median time of rows.
+func median(rows []row) row {
+	sorted := slices.Clone(rows)
+	slices.SortFunc(sorted, func(a, b row) int { return cmp.Compare(a.ns, b.ns) })
+	return sorted[len(sorted)/2]
+}
+
 func main() {
 	groups, order, err := parse(io.TeeReader(os.Stdin, os.Stderr))
 	if err != nil {
@@ -32,22 +44,25 @@ func main() {
 	fmt.Fprintln(w, "benchmark\tbaseline\trunbox\tbaseline\tratio runbox/baseline\t")
 	for _, name := range order {
 		g := groups[name]
-		rb, ok := g["runbox"]
+		runs, ok := g["runbox"]
 		if !ok {
 			continue
 		}
-		for variant, base := range g {
+		rb := median(runs)
+		variants := slices.Sorted(maps.Keys(g))
+		for _, variant := range variants {
 			if variant == "runbox" {
 				continue
 			}
+			base := median(g[variant])
 			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%.3f\t\n", name, variant, format(rb), format(base), rb.ns/base.ns)
 		}
 	}
 	w.Flush()
 }
 
-func parse(r io.Reader) (map[string]map[string]row, []string, error) {
-	groups := map[string]map[string]row{}
+func parse(r io.Reader) (map[string]map[string][]row, []string, error) {
+	groups := map[string]map[string][]row{}
 	var order []string
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
@@ -58,10 +73,10 @@ func parse(r io.Reader) (map[string]map[string]row, []string, error) {
 		ns, _ := strconv.ParseFloat(m[4], 64)
 		mbs, _ := strconv.ParseFloat(m[5], 64)
 		if groups[m[1]] == nil {
-			groups[m[1]] = map[string]row{}
+			groups[m[1]] = map[string][]row{}
 			order = append(order, m[1])
 		}
-		groups[m[1]][m[2]] = row{ns, mbs}
+		groups[m[1]][m[2]] = append(groups[m[1]][m[2]], row{ns, mbs})
 	}
 	return groups, order, sc.Err()
 }
