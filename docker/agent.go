@@ -239,8 +239,15 @@ func (e *Executor) deliver(ctx context.Context, id string, p *agentPlan) error {
 func (e *Executor) connectAgent(ctx context.Context, s *Session, p *agentPlan) (*agent.Client, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.agentTimeout)
 	defer cancel()
-	delay := time.Millisecond
+	// A local attempt is one failed dial and costs nothing, so poll often:
+	// the agent listens a few milliseconds after the container starts.
+	// A remote attempt is an exec through the Engine, so back off.
+	delay, maxDelay := 2*time.Millisecond, 2*time.Millisecond
+	if !p.local {
+		delay, maxDelay = 10*time.Millisecond, 200*time.Millisecond
+	}
 	var last error
+	lastCheck := time.Now()
 	for {
 		var rw io.ReadWriteCloser
 		var err error
@@ -257,8 +264,13 @@ func (e *Executor) connectAgent(ctx context.Context, s *Session, p *agentPlan) (
 			}
 		}
 		last = err
-		if rerr := s.checkRunning(context.WithoutCancel(ctx)); rerr != nil {
-			return nil, rerr
+		// Asking the Engine whether the lifetime process already ended is a
+		// round trip; do it now and then, not on every attempt.
+		if time.Since(lastCheck) > 50*time.Millisecond || ctx.Err() != nil {
+			lastCheck = time.Now()
+			if rerr := s.checkRunning(context.WithoutCancel(ctx)); rerr != nil {
+				return nil, rerr
+			}
 		}
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("%w: the agent did not answer: %w", ErrAgentUnavailable, last)
@@ -267,10 +279,9 @@ func (e *Executor) connectAgent(ctx context.Context, s *Session, p *agentPlan) (
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, fmt.Errorf("%w: the agent did not answer: %w", ErrAgentUnavailable, last)
 		case <-t.C:
 		}
-		delay = min(delay*2, 100*time.Millisecond)
+		delay = min(delay*2, maxDelay)
 	}
 }
 
