@@ -463,7 +463,9 @@ func (c *conn) start(id uint32, req StartRequest) {
 	var outputs sync.WaitGroup
 	pump := func(f *os.File, t Type) {
 		defer outputs.Done()
-		buf := make([]byte, 256<<10)
+		bp := pumpBuffers.Get().(*[]byte)
+		defer pumpBuffers.Put(bp)
+		buf := *bp
 		for {
 			n, err := f.Read(buf)
 			if n > 0 {
@@ -495,6 +497,10 @@ func (c *conn) start(id uint32, req StartRequest) {
 		_ = c.sendJSON(TypeExit, id, ex)
 	}()
 }
+
+// pumpBuffers recycles output buffers: two per command would otherwise be
+// allocated for every `true`.
+var pumpBuffers = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
 
 func uniq(fs []*os.File) []*os.File {
 	var out []*os.File

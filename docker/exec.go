@@ -264,14 +264,19 @@ func (e *Executor) inspectExec(ctx context.Context, id string) (execState, error
 // an exit code. Right after the stream ends the Engine may still report the
 // exec as running; a nil exit code means "not finished", never 0.
 func (e *Executor) waitExec(ctx context.Context, id string) (execState, error) {
-	delay := time.Millisecond
-	for {
+	for polls := 0; ; polls++ {
 		st, err := e.inspectExec(ctx, id)
 		if err != nil {
 			return st, err
 		}
 		if !st.Running && st.ExitCode != nil {
 			return st, nil
+		}
+		// The Engine usually catches up within milliseconds: poll closely
+		// at first, then back off for a process that really lingers.
+		delay := 500 * time.Microsecond
+		if polls > 40 {
+			delay = min(time.Duration(polls-40)*5*time.Millisecond, 50*time.Millisecond)
 		}
 		t := time.NewTimer(delay)
 		select {
@@ -280,6 +285,5 @@ func (e *Executor) waitExec(ctx context.Context, id string) (execState, error) {
 			return st, ctx.Err()
 		case <-t.C:
 		}
-		delay = min(delay*2, 50*time.Millisecond)
 	}
 }

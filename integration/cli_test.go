@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -361,4 +362,23 @@ func TestCLIHostConfinement(t *testing.T) {
 	assert.NotEqual(t, 0, r.code, "no network unless asked")
 	r = cliIn(t, work, nil, "host", "--network", "--", "bash", "-c", connect)
 	assert.Equal(t, 0, r.code, r.stderr)
+}
+
+func TestCLIImagePull(t *testing.T) {
+	host := testRegistry(t)
+	ref := host + "/runbox-test/bb:index"
+	r := cli(t, nil, "image", "pull", "--platform", "linux/"+runtime.GOARCH, ref)
+	require.Equal(t, 0, r.code, r.stderr)
+	removeImage(t, newExecutor(t).Client(), ref)
+	require.Regexp(t, `^sha256:[0-9a-f]{64}\n$`, r.stdout, "stdout is the image ID only")
+	assert.Contains(t, r.stderr, "Status: ", "progress goes to stderr as plain lines")
+	assert.NotContains(t, r.stderr, "\x1b[")
+
+	r = cli(t, nil, "image", "pull", "--quiet", ref)
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Empty(t, r.stderr, "--quiet prints no progress")
+
+	r = cli(t, nil, "image", "pull", "--platform", "linux/s390x", ref)
+	assert.Equal(t, 125, r.code)
+	assert.Contains(t, r.stderr, "s390x")
 }
