@@ -9,11 +9,15 @@ import (
 	"strings"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
 	"github.com/runbox-dev/runbox"
 )
+
+// fullIDPattern matches a complete container ID.
+var fullIDPattern = regexp.MustCompile(`^[a-f0-9]{64}$`)
 
 // namePattern is what the Engine accepts as a container name.
 var namePattern = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
@@ -111,23 +115,35 @@ func (e *Executor) Find(ctx context.Context, ref string) (SessionInfo, error) {
 // name, for example one opened by another process. The returned session
 // serializes its own calls, but not with handles held by other processes.
 func (e *Executor) Session(ctx context.Context, ref string) (*Session, error) {
-	info, err := e.Find(ctx, ref)
-	if err != nil {
-		return nil, err
+	id := ref
+	if !fullIDPattern.MatchString(ref) {
+		// Only a full ID can be inspected directly; anything else needs
+		// the list to resolve a prefix or a name.
+		info, err := e.Find(ctx, ref)
+		if err != nil {
+			return nil, err
+		}
+		id = info.ID
 	}
-	res, err := e.cli.ContainerInspect(ctx, info.ID, client.ContainerInspectOptions{})
+	res, err := e.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
 	if err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return nil, fmt.Errorf("%w: no session matches %q", runbox.ErrSessionNotFound, ref)
+		}
 		return nil, engineErr(err)
 	}
-	spec := runbox.Spec{Image: info.Image, Name: info.Name, Labels: info.Labels}
-	if cfg := res.Container.Config; cfg != nil {
-		spec.Image, spec.User, spec.Env = cfg.Image, cfg.User, cfg.Env
-		spec.Process = cfg.Entrypoint
+	cfg := res.Container.Config
+	if cfg == nil || cfg.Labels[LabelKind] != KindSession {
+		return nil, fmt.Errorf("%w: %s is not a runbox session", runbox.ErrSessionNotFound, shortID(id))
+	}
+	spec := runbox.Spec{
+		Image: cfg.Image, Name: strings.TrimPrefix(res.Container.Name, "/"), Labels: cfg.Labels,
+		User: cfg.User, Env: cfg.Env, Process: cfg.Entrypoint,
 	}
 	if hc := res.Container.HostConfig; hc != nil {
 		spec.Network = runbox.NetworkPolicy(hc.NetworkMode)
 	}
-	s := &Session{e: e, id: info.ID, spec: spec}
+	s := &Session{e: e, id: res.Container.ID, spec: spec}
 	if ep := spec.Process; len(ep) >= 6 && ep[0] == agentInPath && ep[5] == "--" {
 		// A session with an agent: connect to it as Open did.
 		plan := &agentPlan{lifetime: ep[6:]}

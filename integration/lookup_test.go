@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -35,7 +37,18 @@ func TestSessionReattach(t *testing.T) {
 		assert.Equal(t, "kept\n", o.stdout)
 	}
 
-	_, err := other.Session(context.Background(), "runbox-no-such-session-"+runID)
+	// A container that runbox did not open is not a session, even by full ID.
+	raw, err := e.Client().ContainerCreate(context.Background(), client.ContainerCreateOptions{
+		Config: &container.Config{Image: fixtureRef, Entrypoint: sleeper, Labels: runLabels()},
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		_, _ = e.Client().ContainerRemove(context.Background(), raw.ID, client.ContainerRemoveOptions{Force: true})
+	})
+	_, err = other.Session(context.Background(), raw.ID)
+	assert.ErrorIs(t, err, runbox.ErrSessionNotFound)
+
+	_, err = other.Session(context.Background(), "runbox-no-such-session-"+runID)
 	assert.ErrorIs(t, err, runbox.ErrSessionNotFound)
 	_, err = other.Session(context.Background(), "")
 	assert.ErrorIs(t, err, runbox.ErrSessionNotFound)
