@@ -2,9 +2,7 @@ package host
 
 import (
 	"context"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"testing"
 
 	"github.com/runbox-dev/runbox"
@@ -18,12 +16,7 @@ import (
 // this test binary, whose start-up (package initialisation of everything
 // it links) is part of the cost.
 func BenchmarkConfinedTrue(b *testing.B) {
-	helper := filepath.Join(b.TempDir(), "runbox-sandbox")
-	build := exec.Command("go", "build", "-o", helper, "../cmd/runbox-sandbox")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		b.Fatal(err, string(out))
-	}
+	helper := buildHelper(b)
 	ctx := context.Background()
 	confined := func(e *Executor) func(b *testing.B) {
 		return func(b *testing.B) {

@@ -14,12 +14,20 @@ import (
 	"github.com/runbox-dev/runbox"
 )
 
-func TestDedicatedHelper(t *testing.T) {
-	helper := filepath.Join(t.TempDir(), "runbox-sandbox")
+// buildHelper builds cmd/runbox-sandbox, static, for the test.
+func buildHelper(tb testing.TB) string {
+	tb.Helper()
+	helper := filepath.Join(tb.TempDir(), "runbox-sandbox")
 	build := exec.Command("go", "build", "-o", helper, "../cmd/runbox-sandbox")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, string(out))
+	if out, err := build.CombinedOutput(); err != nil {
+		tb.Fatal(err, string(out))
+	}
+	return helper
+}
+
+func TestDedicatedHelper(t *testing.T) {
+	helper := buildHelper(t)
 
 	e := newExecutor(t, WithPolicy(Policy{}), WithHelper(helper))
 	g := e.Guarantees()
