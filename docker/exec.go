@@ -74,24 +74,55 @@ func (s *Session) exec(ctx context.Context, cmd runbox.Command, streams runbox.S
 	}()
 
 	stdout, stderr := orDiscard(streams.Stdout), orDiscard(streams.Stderr)
-	gate := &startGate{w: stdout, check: func() (bool, error) {
-		st, err := s.e.inspectExec(ctx, created.ID)
-		return st.Running || st.Pid != 0, err
-	}}
+	// The runtime reports an execve that failed after the process was
+	// created on the process's own stderr (the terminal with a TTY): hold
+	// back what could be that line until the exit decides.
+	var lines *execveGate
 	var copyErr error
 	if cmd.TTY {
+		lines = &execveGate{w: stdout, holding: true}
+		gate := &startGate{w: lines, check: s.startCheck(ctx, created.ID)}
 		// A terminal's output is one raw stream, not multiplexed frames.
 		_, copyErr = io.Copy(gate, att.Reader)
-	} else {
-		_, copyErr = stdcopy.StdCopy(gate, stderr, att.Reader)
+		return s.execOutcome(ctx, cmd, created.ID, copyErr, gate, lines)
 	}
+	lines = &execveGate{w: stderr, holding: true}
+	// Output on stdout means the program ran: release stderr first so that
+	// a caller sharing one writer for both sees them in order.
+	out := &otherStream{w: stdout, seen: lines}
+	gate := &startGate{w: out, check: s.startCheck(ctx, created.ID)}
+	_, copyErr = stdcopy.StdCopy(gate, lines, att.Reader)
+	return s.execOutcome(ctx, cmd, created.ID, copyErr, gate, lines)
+}
+
+// startCheck asks the Engine whether the exec's process exists.
+func (s *Session) startCheck(ctx context.Context, execID string) func() (bool, error) {
+	return func() (bool, error) {
+		st, err := s.e.inspectExec(ctx, execID)
+		return st.Running || st.Pid != 0, err
+	}
+}
+
+// execOutcome turns the finished stream and the exec's status into the
+// command's outcome.
+func (s *Session) execOutcome(ctx context.Context, cmd runbox.Command, execID string, copyErr error, gate *startGate, lines *execveGate) (res runbox.Result, err error) {
+	notStarted := false
+	defer func() {
+		// Whatever was held is the program's output, unless it was the
+		// runtime's report that the program never started.
+		if !notStarted {
+			if rerr := lines.release(); rerr != nil && err == nil {
+				res, err = runbox.Result{}, rerr
+			}
+		}
+	}()
 	if ctx.Err() != nil {
 		return runbox.Result{}, cancelled(ctx, "the command may still be running in the session")
 	}
 	if copyErr != nil {
 		return runbox.Result{}, fmt.Errorf("%w: reading the command's output: %w", runbox.ErrTransport, copyErr)
 	}
-	st, err := s.e.waitExec(ctx, created.ID)
+	st, err := s.e.waitExec(ctx, execID)
 	if err != nil {
 		if ctx.Err() != nil {
 			return runbox.Result{}, cancelled(ctx, "the command's status is unknown")
@@ -112,6 +143,10 @@ func (s *Session) exec(ctx context.Context, cmd runbox.Command, streams runbox.S
 	}
 	if err := gate.release(); err != nil {
 		return runbox.Result{}, err
+	}
+	if msg, errno, ok := lines.failure(*st.ExitCode, cmd.Args[0]); ok && s.execveCouldFail(ctx, cmd, errno) {
+		notStarted = true
+		return runbox.Result{}, fmt.Errorf("%w: %s", runbox.ErrStart, msg)
 	}
 	return runbox.Result{ExitCode: *st.ExitCode}, nil
 }
@@ -216,6 +251,163 @@ func (g *startGate) release() error {
 	_, err := g.w.Write(g.held.Bytes())
 	g.held.Reset()
 	return err
+}
+
+// execveErrors are execve(2)'s failures as Go (and so runc) words them on
+// Linux.
+var execveErrors = map[string]bool{
+	"argument list too long": true, "permission denied": true, "invalid argument": true,
+	"input/output error": true, "is a directory": true, "accessing a corrupted shared library": true,
+	"too many levels of symbolic links": true, "too many open files": true, "file name too long": true,
+	"too many open files in system": true, "no such file or directory": true, "exec format error": true,
+	"cannot allocate memory": true, "not a directory": true, "operation not permitted": true,
+	"text file busy": true,
+}
+
+const errnoE2BIG = "argument list too long"
+
+// maxExecveLine bounds what execveGate holds: "exec ", a path of at most
+// PATH_MAX and an errno's text.
+const maxExecveLine = 5 + 4096 + 64
+
+// execveGate holds back the start of a stream while it may still be the
+// line the runtime (runc) prints when execve fails in a process it has
+// already created: "exec NAME: ERRNO", followed by exit code 1. The Engine
+// then reports a started process, so the line and the exit code are the
+// only trace; the gate keeps the line out of the caller's output until the
+// exit code decides. Anything else (other bytes, more output, output on the
+// other stream) releases it at once, in order.
+type execveGate struct {
+	w       io.Writer
+	holding bool
+	other   bool // the other stream carried output: the program ran
+	held    bytes.Buffer
+}
+
+func (g *execveGate) Write(p []byte) (int, error) {
+	if !g.holding {
+		return g.w.Write(p)
+	}
+	g.held.Write(p)
+	if !execveLinePrefix(g.held.Bytes()) {
+		if err := g.release(); err != nil {
+			return 0, err
+		}
+	}
+	return len(p), nil
+}
+
+// release forwards anything held and stops holding.
+func (g *execveGate) release() error {
+	g.holding = false
+	if g.held.Len() == 0 {
+		return nil
+	}
+	_, err := g.w.Write(g.held.Bytes())
+	g.held.Reset()
+	return err
+}
+
+// failure reports the runtime's line when the process's whole output was
+// exactly that line about this command's program, and it exited 1.
+func (g *execveGate) failure(exitCode int, arg0 string) (msg, errno string, ok bool) {
+	if !g.holding || g.other || exitCode != 1 {
+		return "", "", false
+	}
+	line, found := strings.CutSuffix(g.held.String(), "\n")
+	if !found {
+		return "", "", false
+	}
+	line = strings.TrimSuffix(line, "\r") // a terminal's line end
+	rest, found := strings.CutPrefix(line, "exec ")
+	i := strings.LastIndex(rest, ": ")
+	if !found || i <= 0 {
+		return "", "", false
+	}
+	name, errno := rest[:i], rest[i+2:]
+	if !execveErrors[errno] {
+		return "", "", false
+	}
+	// runc execs the path exec.LookPath found: arg0 itself when it has a
+	// slash, else a directory of $PATH joined with it.
+	if strings.Contains(arg0, "/") {
+		if name != arg0 {
+			return "", "", false
+		}
+	} else if name != arg0 && !strings.HasSuffix(name, "/"+arg0) {
+		return "", "", false
+	}
+	return line, errno, true
+}
+
+// execveLinePrefix reports whether b can still become one runtime line.
+func execveLinePrefix(b []byte) bool {
+	if len(b) > maxExecveLine {
+		return false
+	}
+	const prefix = "exec "
+	if len(b) < len(prefix) {
+		return bytes.HasPrefix([]byte(prefix), b)
+	}
+	if !bytes.HasPrefix(b, []byte(prefix)) {
+		return false
+	}
+	i := bytes.IndexByte(b, '\n')
+	return i < 0 || i == len(b)-1
+}
+
+// otherStream marks, before anything reaches w, that the program produced
+// output, and releases the held stream first so the order is kept.
+type otherStream struct {
+	w    io.Writer
+	seen *execveGate
+}
+
+func (o *otherStream) Write(p []byte) (int, error) {
+	if len(p) > 0 {
+		o.seen.other = true
+		if err := o.seen.release(); err != nil {
+			return 0, err
+		}
+	}
+	return o.w.Write(p)
+}
+
+// argMax is Linux's smallest limit on execve's arguments and environment
+// together (ARG_MAX, 128 KiB); the real limit is a quarter of the stack
+// limit when that is larger. MAX_ARG_STRLEN, the limit for one string, is
+// 32 pages, never less either.
+const argMax = 128 << 10
+
+// execveCouldFail corroborates the runtime's line where it can: "argument
+// list too long" is impossible for a command whose arguments and whole
+// environment (the container's, which the Engine adds, and the command's)
+// fit in argMax, so a program that printed it about itself is output.
+func (s *Session) execveCouldFail(ctx context.Context, cmd runbox.Command, errno string) bool {
+	if errno != errnoE2BIG {
+		return true
+	}
+	size := 0
+	add := func(strs []string) {
+		for _, v := range strs {
+			size += len(v) + 1 + 8 // the string, its NUL, its pointer
+		}
+	}
+	add(cmd.Args)
+	add(cmd.Env)
+	ictx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	res, err := s.e.cli.ContainerInspect(ictx, s.id, client.ContainerInspectOptions{})
+	if err != nil {
+		return true // cannot tell: the runtime's word stands
+	}
+	if c := res.Container.Config; c != nil {
+		add(c.Env)
+	}
+	// The Engine may add PATH, HOSTNAME and TERM; the kernel copies the
+	// program's path too.
+	size += 4096 + 512
+	return size > argMax
 }
 
 // execState is the part of the Engine's exec status that matters here. The

@@ -64,6 +64,9 @@ func (e *Executor) open(ctx context.Context, spec runbox.Spec) (*Session, error)
 	if err := validateImageRef(spec.Image); err != nil {
 		return nil, err
 	}
+	if err := checkReservedMounts(spec.Mounts); err != nil {
+		return nil, err
+	}
 	if spec.Name != "" && !namePattern.MatchString(spec.Name) {
 		return nil, fmt.Errorf("%w: session name %q must match %s", runbox.ErrInvalidSpec, spec.Name, namePattern)
 	}
