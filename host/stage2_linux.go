@@ -55,6 +55,16 @@ func stage2Main() int {
 		_ = writeStatus(status, statusError, []byte(err.Error()))
 		return 125
 	}
+	// Whatever else came through exec belongs to the calling program (or its
+	// parent): a file, directory, socket or pipe outside the policy. The
+	// helper holds none of it, and, not dumpable, cannot be reached through
+	// /proc/1/fd by the command either.
+	if err := dropInherited(helperSpecFD, helperStatusFD); err != nil {
+		return fail(fmt.Errorf("close inherited descriptors: %w", err))
+	}
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fail(fmt.Errorf("not dumpable: %w", err))
+	}
 	specF := os.NewFile(helperSpecFD, "spec")
 	var conf spawnConf
 	err := json.NewDecoder(specF).Decode(&conf)
@@ -91,6 +101,13 @@ func stage2Main() int {
 	go func() {
 		runtime.LockOSThread()
 		m, err := restrictThread(&conf)
+		if err == nil {
+			// Last thing before exec: nothing above stderr survives it, not
+			// even a descriptor opened since the start.
+			if err = CloseInheritedOnExec(); err != nil {
+				err = fmt.Errorf("close-on-exec: %w", err)
+			}
+		}
 		if err != nil || conf.Probe {
 			ch <- started{mech: m, err: err}
 			return

@@ -51,7 +51,8 @@ type Backend struct {
 	WritableDir string
 	// OutsideDir is a directory outside Process's writable roots that
 	// Process can see and Control can write. Required for a write
-	// boundary.
+	// boundary, whose descriptor probe also opens a file there from the
+	// test process: it must be a directory of this machine.
 	OutsideDir string
 	// SecretFile is a file Control can read and Process must not. Required
 	// for a read boundary.
@@ -128,6 +129,7 @@ func Run(t *testing.T, b Backend) {
 	t.Run("WritableDir", func(t *testing.T) { checkWritable(t, b) })
 	if b.Claims.WriteBoundary {
 		t.Run("WriteBoundary", func(t *testing.T) { checkWriteBoundary(t, b) })
+		t.Run("Descriptors", func(t *testing.T) { checkDescriptors(t, b) })
 	}
 	if b.Claims.ReadBoundary {
 		t.Run("ReadBoundary", func(t *testing.T) { checkReadBoundary(t, b) })

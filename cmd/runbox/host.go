@@ -67,6 +67,12 @@ are only ever added. stdout stays the command's own.`,
   runbox host -t -- top`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// Descriptors this process inherited (from the shell, say) are
+			// not the command's, confined or not: stdin, stdout and stderr
+			// are all it gets.
+			if err := host.CloseInheritedOnExec(); err != nil {
+				return fmt.Errorf("%w: inherited descriptors: %w", runbox.ErrStart, err)
+			}
 			c, err := xf.command(afterDash(args))
 			if err != nil {
 				return err

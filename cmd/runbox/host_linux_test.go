@@ -1,0 +1,128 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+// buildCLI builds this command, static, for a test that runs it as a user
+// would: the sandbox helper re-executes the binary, which a test binary
+// cannot stand in for.
+func buildCLI(t *testing.T) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "runbox")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatal(err, string(out))
+	}
+	return bin
+}
+
+type cliRun struct {
+	stdout, stderr string
+	code           int
+}
+
+// runCLI runs bin in dir with extra descriptors from fd 3 up (nil leaves a
+// number closed), as a shell would pass them on.
+func runCLI(t *testing.T, bin, dir string, extra []*os.File, args ...string) cliRun {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	c := exec.CommandContext(ctx, bin, args...)
+	c.Dir = dir
+	c.ExtraFiles = extra
+	var out, errb bytes.Buffer
+	c.Stdout, c.Stderr = &out, &errb
+	err := c.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else {
+		require.NoError(t, err)
+	}
+	return cliRun{stdout: out.String(), stderr: errb.String(), code: code}
+}
+
+// TestHostPassesNoInheritedDescriptors is the issue's reproduction through
+// the command line: runbox host is started with a writable file outside
+// the sandbox, a directory, a socket and a pipe at fds 7 to 10, and the
+// command, confined or not, must get none of them.
+func TestHostPassesNoInheritedDescriptors(t *testing.T) {
+	bin := buildCLI(t)
+	base, err := os.MkdirTemp("/var/tmp", "runbox-cli-fd-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(base) })
+	work, outside := filepath.Join(base, "w"), filepath.Join(base, "o")
+	require.NoError(t, os.Mkdir(work, 0o755))
+	require.NoError(t, os.Mkdir(outside, 0o755))
+
+	const script = `echo via-file >&7
+echo via-dir > /proc/self/fd/8/escape
+chmod 600 /proc/self/fd/8/victim
+echo via-socket >&9
+echo via-pipe >&10
+exit 0`
+	for _, mode := range [][]string{nil, {"--unconfined"}} {
+		name := "confined"
+		if mode != nil {
+			name = "unconfined"
+		}
+		t.Run(name, func(t *testing.T) {
+			target, victim := filepath.Join(outside, "outside.txt"), filepath.Join(outside, "victim")
+			require.NoError(t, os.WriteFile(target, nil, 0o644))
+			require.NoError(t, os.WriteFile(victim, []byte("v"), 0o644))
+			require.NoError(t, os.Chmod(victim, 0o644))
+			os.Remove(filepath.Join(outside, "escape"))
+			file, err := os.OpenFile(target, os.O_WRONLY|os.O_APPEND, 0)
+			require.NoError(t, err)
+			defer file.Close()
+			dir, err := os.Open(outside)
+			require.NoError(t, err)
+			defer dir.Close()
+			pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+			require.NoError(t, err)
+			sock, peer := os.NewFile(uintptr(pair[0]), "sock"), os.NewFile(uintptr(pair[1]), "peer")
+			defer peer.Close()
+			pr, pw, err := os.Pipe()
+			require.NoError(t, err)
+			defer pr.Close()
+			extra := []*os.File{nil, nil, nil, nil, file, dir, sock, pw}
+
+			args := append(append([]string{"host"}, mode...), "--", "ls", "-1", "/proc/self/fd")
+			r := runCLI(t, bin, work, extra, args...)
+			require.Equal(t, 0, r.code, r.stderr)
+			assert.Equal(t, []string{"0", "1", "2", "3"}, strings.Fields(r.stdout), "descriptors of the command")
+
+			args = append(append([]string{"host"}, mode...), "--", "bash", "-c", script)
+			r = runCLI(t, bin, work, extra, args...)
+			require.Equal(t, 0, r.code, r.stderr)
+			sock.Close()
+			pw.Close()
+			b, _ := os.ReadFile(target)
+			assert.Empty(t, string(b), "written through fd 7")
+			assert.NoFileExists(t, filepath.Join(outside, "escape"), "created through fd 8")
+			fi, err := os.Stat(victim)
+			require.NoError(t, err)
+			assert.Equal(t, os.FileMode(0o644), fi.Mode().Perm(), "chmod through fd 8")
+			b, _ = io.ReadAll(peer)
+			assert.Empty(t, string(b), "written to the socket at fd 9")
+			b, _ = io.ReadAll(pr)
+			assert.Empty(t, string(b), "written to the pipe at fd 10")
+		})
+	}
+}
