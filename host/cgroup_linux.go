@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -39,7 +40,9 @@ const maxIdleCgroups = 4
 // noticeably more than one placed in a cgroup that was used before (about
 // an eighth of spawning `true`, measured), on top of the mkdir and rmdir.
 type cgroupPool struct {
-	root   string
+	root string
+	// setup prepares a fresh cgroup (writes its limits); nil for none.
+	setup  func(dir string) error
 	mu     sync.Mutex
 	idle   []*cgroup
 	closed bool
@@ -54,7 +57,14 @@ func (p *cgroupPool) get() (*cgroup, error) {
 		return c, nil
 	}
 	p.mu.Unlock()
-	return createCgroup(p.root, cgroupSeq.Add(1))
+	c, err := createCgroup(p.root, cgroupSeq.Add(1))
+	if err == nil && p.setup != nil {
+		if err = p.setup(c.dir); err != nil {
+			_ = c.remove()
+			return nil, err
+		}
+	}
+	return c, err
 }
 
 // put takes back a cgroup whose processes are all gone. It is kept only if
@@ -148,15 +158,33 @@ func sweepStaleCgroups(root string) {
 // at /sys/fs/cgroup/unified), and mounts whose root is not the hierarchy's
 // root.
 func cgroupDir(self, mountinfo string) string {
-	var rel string
-	found := false
 	for _, line := range strings.Split(self, "\n") {
 		if p, ok := strings.CutPrefix(line, "0::"); ok {
-			rel, found = p, true
-			break
+			return hierarchyDir(p, mountinfo, func(fstype, _ string) bool { return fstype == "cgroup2" })
 		}
 	}
-	if !found || !strings.HasPrefix(rel, "/") {
+	return ""
+}
+
+// cgroupV1Dir is cgroupDir for the cgroup v1 hierarchy that holds
+// controller (a hybrid or legacy host), "" when there is none.
+func cgroupV1Dir(self, mountinfo, controller string) string {
+	for _, line := range strings.Split(self, "\n") {
+		f := strings.SplitN(line, ":", 3)
+		if len(f) == 3 && f[0] != "0" && slices.Contains(strings.Split(f[1], ","), controller) {
+			return hierarchyDir(f[2], mountinfo, func(fstype, opts string) bool {
+				return fstype == "cgroup" && slices.Contains(strings.Split(opts, ","), controller)
+			})
+		}
+	}
+	return ""
+}
+
+// hierarchyDir maps rel, a path inside a cgroup hierarchy, to a directory
+// through the first mount in mountinfo that match accepts (by file system
+// type and super options) and whose root contains rel.
+func hierarchyDir(rel, mountinfo string, match func(fstype, opts string) bool) string {
+	if !strings.HasPrefix(rel, "/") {
 		return ""
 	}
 	sc := bufio.NewScanner(strings.NewReader(mountinfo))
@@ -165,7 +193,8 @@ func cgroupDir(self, mountinfo string) string {
 		if !ok {
 			continue
 		}
-		if fstype, _, _ := strings.Cut(post, " "); fstype != "cgroup2" {
+		pf := strings.Fields(post)
+		if len(pf) < 3 || !match(pf[0], pf[2]) {
 			continue
 		}
 		f := strings.Fields(pre)

@@ -122,15 +122,32 @@ func specFile(conf *spawnConf) (*os.File, error) {
 // (or, for a probe, what it applied). A setup failure is reaped here and
 // returned; nothing is left running.
 func (e *Executor) startConfined(conf *spawnConf, build func() *exec.Cmd) (*exec.Cmd, *treeSys, []byte, error) {
-	spec, err := specFile(conf)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("sandbox spec: %w", err)
-	}
-	defer spec.Close()
 	statusR, statusW, err := os.Pipe()
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("sandbox status pipe: %w", err)
 	}
+	var groups *limitGroups
+	if plan := e.sys.limits; plan != nil && !plan.v2 {
+		if groups, err = plan.newGroups(); err != nil {
+			closeFiles(statusR, statusW)
+			return nil, nil, nil, fmt.Errorf("sandbox limits: %w", err)
+		}
+		// The spec is written now, but only the helper reads it: the
+		// descriptors follow the spec and status, from fd 5 up.
+		conf.LimitFDs, conf.LimitNames = nil, groups.names
+		for i := range groups.tasks {
+			conf.LimitFDs = append(conf.LimitFDs, helperStatusFD+1+i)
+		}
+	}
+	spec, err := specFile(conf)
+	if err != nil {
+		closeFiles(statusR, statusW)
+		if groups != nil {
+			_ = groups.remove()
+		}
+		return nil, nil, nil, fmt.Errorf("sandbox spec: %w", err)
+	}
+	defer spec.Close()
 	wrapped := func() *exec.Cmd {
 		c := build()
 		// /proc/self/exe is this very binary, whatever happened to its path.
@@ -142,15 +159,24 @@ func (e *Executor) startConfined(conf *spawnConf, build func() *exec.Cmd) (*exec
 		c.Env = []string{runbox.HelperEnv + "=" + stage2Name}
 		c.Dir = ""
 		c.ExtraFiles = []*os.File{spec, statusW}
+		if groups != nil {
+			c.ExtraFiles = append(c.ExtraFiles, groups.tasks...)
+		}
 		return c
 	}
 	cmd, ts, err := e.startPlaced(wrapped, func(cg int) *syscall.SysProcAttr { return confinedProcAttr(conf.Network, cg) })
 	statusW.Close()
+	if groups != nil {
+		groups.closeTasks()
+	}
 	if err != nil {
 		statusR.Close()
+		if groups != nil {
+			_ = groups.remove()
+		}
 		return nil, nil, nil, fmt.Errorf("sandbox: %w", err)
 	}
-	ts.pidns, ts.status = true, statusR
+	ts.pidns, ts.status, ts.groups = true, statusR, groups
 	_ = statusR.SetReadDeadline(time.Now().Add(helperStartTimeout))
 	kind, payload, err := readStatus(statusR)
 	_ = statusR.SetReadDeadline(time.Time{})
@@ -237,6 +263,20 @@ func (e *Executor) probeConfinement() (runbox.Guarantees, error) {
 	}
 	if e.sys.pool != nil && !e.sys.broken.Load() {
 		mech = append(mech, "cgroup")
+	}
+	if plan := e.sys.limits; plan != nil {
+		if plan.v2 && ts.cg != nil {
+			// The probe ran in a per-process cgroup with the limits written.
+			mech = append(mech, plan.mechanisms()...)
+		}
+		g.ResourceLimits = !slices.ContainsFunc(plan.mechanisms(), func(m string) bool { return !slices.Contains(mech, m) })
+		if !g.ResourceLimits {
+			// Reported as not enforced; later launches do not pretend.
+			e.sys.limits = nil
+			if e.sys.pool != nil {
+				e.sys.pool.setup = nil
+			}
+		}
 	}
 	g.Mechanisms = mech
 	return g, nil

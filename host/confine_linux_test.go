@@ -427,7 +427,8 @@ func TestAdmissionAndGrants(t *testing.T) {
 
 func TestPolicyRefusals(t *testing.T) {
 	_, err := New(WithPolicy(Policy{Require: runbox.Guarantees{ResourceLimits: true}}))
-	assert.ErrorIs(t, err, ErrConfinementUnavailable, "resource limits are not enforced by the host backend")
+	assert.ErrorIs(t, err, ErrConfinementUnavailable, "required limits without Resources: nothing is limited")
+	assert.ErrorIs(t, err, ErrLimitsUnavailable)
 	_, err = New(WithPolicy(Policy{BroadWrite: true, WritableRoots: []string{"/"}}))
 	assert.ErrorIs(t, err, runbox.ErrInvalidCommand)
 	_, err = New(WithPolicy(Policy{Unconfined: true, Network: true}))

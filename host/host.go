@@ -155,12 +155,16 @@ func New(opts ...Option) (*Executor, error) {
 			return nil, err
 		}
 		e.conf = cp
+		e.initLimits(cp.policy.Resources)
 		g, err := e.probeConfinement()
 		if err == nil {
 			want := cp.requested()
-			g.Level = level(g, want)
+			g.Level = level(g, cp.limitsWanted())
 			if miss := g.Missing(want); len(miss) > 0 {
 				err = fmt.Errorf("%w: this host cannot enforce %s", ErrConfinementUnavailable, strings.Join(miss, ", "))
+				if want.ResourceLimits && !g.ResourceLimits {
+					err = fmt.Errorf("%w (%w)", err, ErrLimitsUnavailable)
+				}
 			}
 		}
 		if err != nil {

@@ -83,8 +83,11 @@ func (e *Executor) plannedContainment() runbox.LifetimeContainment {
 // execSys: macOS keeps nothing between processes.
 type execSys struct{}
 
-func (e *Executor) initSys()        {}
-func (e *Executor) closeSys() error { return nil }
+func (e *Executor) initSys() {}
+
+// initLimits has nothing to enforce limits with on macOS.
+func (e *Executor) initLimits(runbox.Resources) {}
+func (e *Executor) closeSys() error             { return nil }
 
 // pollableMaster keeps the master as pty.Open returns it: kqueue does not
 // reliably support terminal devices on macOS, so reads stay blocking and

@@ -27,6 +27,12 @@ type treeSys struct {
 	pidns bool
 	// status carries the sandboxed command's outcome from the helper.
 	status *os.File
+	// groups are the launch's cgroup v1 limit groups; nil without.
+	groups *limitGroups
+	// before holds the limit counters of a reused cgroup v2 group at the
+	// start, and hits the limits the tree ran into, set by teardown.
+	before map[string]int64
+	hits   []string
 }
 
 // execSys is the executor's Linux state.
@@ -35,6 +41,9 @@ type execSys struct {
 	// broken is set when the kernel refused to spawn into a cgroup although
 	// the probe succeeded, so later spawns skip the attempt.
 	broken atomic.Bool
+	// limits enforces the policy's Resources; nil: none asked for, or none
+	// enforceable here.
+	limits *limitPlan
 }
 
 func (e *Executor) initSys() {
@@ -47,6 +56,21 @@ func (e *Executor) initSys() {
 		runtime.AddCleanup(e, func(p *cgroupPool) { _ = p.close() }, e.sys.pool)
 	}
 }
+
+// initLimits plans the policy's resource limits. With cgroup v2 every
+// per-process cgroup gets them at creation.
+func (e *Executor) initLimits(res runbox.Resources) {
+	plan := e.planLimits(res)
+	e.sys.limits = plan
+	if plan != nil && plan.v2 {
+		files := plan.v2Files()
+		e.sys.pool.setup = func(dir string) error { return writeLimits(dir, files) }
+	}
+}
+
+// limitedV2 reports whether every process must be in a per-process cgroup
+// because that is what enforces the limits.
+func (e *Executor) limitedV2() bool { return e.sys.limits != nil && e.sys.limits.v2 }
 
 func (e *Executor) closeSys() error {
 	if e.sys.pool == nil {
@@ -72,14 +96,23 @@ func (e *Executor) startTree(spec *launchSpec, build func() *exec.Cmd, tty bool)
 // best-effort containment (unless a PID namespace contains it).
 func (e *Executor) startPlaced(build func() *exec.Cmd, attr func(cgroupFD int) *syscall.SysProcAttr) (*exec.Cmd, *treeSys, error) {
 	if pool := e.sys.pool; pool != nil && !e.sys.broken.Load() {
-		if cg, err := pool.get(); err == nil {
+		cg, err := pool.get()
+		if err == nil {
 			cmd := build()
 			cmd.SysProcAttr = attr(cg.fd)
+			ts := &treeSys{cg: cg, pool: pool}
+			if e.limitedV2() {
+				ts.before = limitCounters(cg.dir)
+			}
 			firstErr := startLocked(cmd)
 			if firstErr == nil {
-				return cmd, &treeSys{cg: cg, pool: pool}, nil
+				return cmd, ts, nil
 			}
 			_ = cg.remove()
+			if e.limitedV2() {
+				// Without its cgroup the tree would run unlimited.
+				return nil, nil, fmt.Errorf("limited cgroup: %w", firstErr)
+			}
 			cmd = build()
 			cmd.SysProcAttr = attr(-1)
 			if err := startLocked(cmd); err != nil {
@@ -91,7 +124,12 @@ func (e *Executor) startPlaced(build func() *exec.Cmd, attr func(cgroupFD int) *
 				e.sys.broken.Store(true)
 			}
 			return cmd, &treeSys{}, nil
+		} else if e.limitedV2() {
+			return nil, nil, fmt.Errorf("limited cgroup: %w", err)
 		}
+	}
+	if e.limitedV2() {
+		return nil, nil, errors.New("limited cgroup: the cgroup hierarchy is unusable")
 	}
 	cmd := build()
 	cmd.SysProcAttr = attr(-1)
@@ -163,6 +201,7 @@ func (s *treeSys) teardown(p *os.Process) error {
 	// The group is signalled either way: it also reaches a member that moved
 	// itself out of the cgroup but not out of the group.
 	groupErr := killGroup(p.Pid, unix.SIGKILL)
+	s.recordHits()
 	if s.cg == nil {
 		return groupErr
 	}
@@ -182,6 +221,11 @@ func (s *treeSys) teardown(p *os.Process) error {
 func (s *treeSys) release() error {
 	if s.status != nil {
 		s.status.Close()
+	}
+	if s.groups != nil {
+		if err := s.groups.remove(); err != nil {
+			return err
+		}
 	}
 	switch {
 	case s.cg == nil:
@@ -235,3 +279,22 @@ func growPipe(w *os.File) {
 		_ = rc.Control(func(fd uintptr) { _, _ = unix.FcntlInt(fd, unix.F_SETPIPE_SZ, pipeSize) })
 	}
 }
+
+// recordHits notes which limits stopped something in the tree.
+func (s *treeSys) recordHits() {
+	switch {
+	case s.groups != nil:
+		total := map[string]int64{}
+		for _, d := range s.groups.dirs {
+			for k, v := range limitCounters(d) {
+				total[k] += v
+			}
+		}
+		s.hits = hitSince(nil, total)
+	case s.before != nil && s.cg != nil:
+		s.hits = hitSince(s.before, limitCounters(s.cg.dir))
+	}
+}
+
+// limitsHit returns what recordHits found.
+func (s *treeSys) limitsHit() []string { return s.hits }

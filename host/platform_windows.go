@@ -275,8 +275,12 @@ func (e *Executor) probeConfinement() (runbox.Guarantees, error) {
 // execSys: Windows keeps nothing between processes.
 type execSys struct{}
 
-func (e *Executor) initSys()        {}
-func (e *Executor) closeSys() error { return nil }
+func (e *Executor) initSys() {}
+
+// initLimits enforces no limits on Windows (a job object could; it is not
+// wired up).
+func (e *Executor) initLimits(runbox.Resources) {}
+func (e *Executor) closeSys() error             { return nil }
 
 // exitResult converts an exit status; Windows processes have no signals.
 func exitResult(state *os.ProcessState) runbox.Result {

@@ -22,6 +22,9 @@ var (
 	// (or a helper) this host cannot provide. Nothing is run unconfined in
 	// its place.
 	ErrConfinementUnavailable = errors.New("host: confinement unavailable")
+	// ErrLimitsUnavailable accompanies ErrConfinementUnavailable when what
+	// is missing includes the resource limits that Require asks for.
+	ErrLimitsUnavailable = errors.New("host: resource limits unavailable")
 	// ErrCommandDenied reports a command the policy's admission refuses.
 	ErrCommandDenied = errors.New("host: command denied by policy")
 	// ErrGrantRequired reports a gated command prepared without a grant.
@@ -87,6 +90,14 @@ type Policy struct {
 	// argument vector (for a shell command, the interpreter's argv) and
 	// its canonical working directory. nil allows every command.
 	Admit func(argv []string, dir string) Admission
+	// Resources bounds the memory, processes (tasks, threads included) and
+	// CPU of every process tree, as for a session; zero fields mean no
+	// limit. On Linux the kernel enforces them through cgroups where this
+	// host delegates the controllers; where it does not, the executor runs
+	// without them, reports ResourceLimits false and a degraded level, and
+	// fails in [New] only if Require asks for ResourceLimits. Other
+	// platforms enforce none.
+	Resources runbox.Resources
 	// Require lists boundaries the caller insists on beyond those the
 	// policy implies (for example ResourceLimits or an enforced
 	// Lifetime). A host that cannot provide one makes [New] fail.
@@ -182,6 +193,12 @@ func compilePolicy(p *Policy) (*compiledPolicy, error) {
 	if p.Unconfined && (p.BroadWrite || p.Network || len(p.WritableRoots) > 0 || p.ReadableRoots != nil || anyRequired(p.Require)) {
 		return nil, fmt.Errorf("%w: an unconfined policy cannot also ask for boundaries", runbox.ErrInvalidCommand)
 	}
+	if p.Unconfined && p.Resources != (runbox.Resources{}) {
+		return nil, fmt.Errorf("%w: resource limits need the sandbox; an unconfined policy has none", runbox.ErrInvalidCommand)
+	}
+	if r := p.Resources; r.MemoryBytes < 0 || r.Pids < 0 || r.CPUs < 0 {
+		return nil, fmt.Errorf("%w: negative resource limit %+v", runbox.ErrInvalidCommand, r)
+	}
 	if p.BroadWrite && len(p.WritableRoots) > 0 {
 		return nil, fmt.Errorf("%w: BroadWrite and WritableRoots are mutually exclusive", runbox.ErrInvalidCommand)
 	}
@@ -236,6 +253,17 @@ func (cp *compiledPolicy) requested() runbox.Guarantees {
 	}
 	if cp.readable != nil {
 		want.ReadBoundary = true
+	}
+	return want
+}
+
+// limitsWanted is requested() with the resource limits the policy sets:
+// what the level is graded against. Limits a host cannot enforce lower
+// the level but fail New only when Require asks for them.
+func (cp *compiledPolicy) limitsWanted() runbox.Guarantees {
+	want := cp.requested()
+	if cp.policy.Resources != (runbox.Resources{}) {
+		want.ResourceLimits = true
 	}
 	return want
 }
@@ -357,6 +385,11 @@ type spawnConf struct {
 	// Probe makes the helper set everything up and report what it
 	// applied instead of running a command.
 	Probe bool `json:"probe"`
+	// LimitFDs are cgroup v1 "tasks" files the helper's forking thread
+	// joins before the command is forked; LimitNames says what each
+	// enforces.
+	LimitFDs   []int    `json:"limitFDs,omitempty"`
+	LimitNames []string `json:"limitNames,omitempty"`
 }
 
 // newSpawnConf derives the confinement of one launch from the compiled

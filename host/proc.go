@@ -35,6 +35,7 @@ type proc struct {
 	waitErr    error
 	cleanupErr error
 	result     runbox.Result
+	limitsHit  []string
 }
 
 // newProc returns an unstarted proc, so that callbacks that may kill it
@@ -112,6 +113,9 @@ func (p *proc) supervise() {
 	}
 	if err := p.finish(); err != nil {
 		cleanup = append(cleanup, err)
+	}
+	if h, ok := any(p.sys).(interface{ limitsHit() []string }); ok {
+		p.limitsHit = h.limitsHit()
 	}
 	if waited {
 		p.waitErr = p.reap()

@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -101,6 +102,20 @@ func (p *Process) StreamMode() runbox.ProcessStreamMode { return p.mode }
 // process-group teardown that a descendant can escape.
 func (p *Process) LifetimeContainment() runbox.LifetimeContainment {
 	return p.p.sys.containment()
+}
+
+// LimitsHit names the resource limits of the executor's policy that
+// stopped something in the process's tree once it has ended: "memory"
+// when a task was killed for want of memory, "pids" when a fork was
+// refused. It is empty while the process runs, and where no limits are
+// enforced.
+func (p *Process) LimitsHit() []string {
+	select {
+	case <-p.p.done:
+		return slices.Clone(p.p.limitsHit)
+	default:
+		return nil
+	}
 }
 
 // Wait waits for the process to finish and returns its Result, as

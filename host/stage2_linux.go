@@ -55,22 +55,25 @@ func stage2Main() int {
 		_ = writeStatus(status, statusError, []byte(err.Error()))
 		return 125
 	}
-	// Whatever else came through exec belongs to the calling program (or its
-	// parent): a file, directory, socket or pipe outside the policy. The
-	// helper holds none of it, and, not dumpable, cannot be reached through
-	// /proc/1/fd by the command either.
-	if err := dropInherited(helperSpecFD, helperStatusFD); err != nil {
-		return fail(fmt.Errorf("close inherited descriptors: %w", err))
-	}
-	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
-		return fail(fmt.Errorf("not dumpable: %w", err))
-	}
 	specF := os.NewFile(helperSpecFD, "spec")
 	var conf spawnConf
 	err := json.NewDecoder(specF).Decode(&conf)
 	specF.Close()
 	if err != nil {
 		return fail(fmt.Errorf("read spec: %w", err))
+	}
+	for _, fd := range conf.LimitFDs {
+		unix.CloseOnExec(fd)
+	}
+	// Whatever else came through exec belongs to the calling program (or its
+	// parent): a file, directory, socket or pipe outside the policy. The
+	// helper holds none of it, and, not dumpable, cannot be reached through
+	// /proc/1/fd by the command either.
+	if err := dropInherited(append([]int{helperStatusFD}, conf.LimitFDs...)...); err != nil {
+		return fail(fmt.Errorf("close inherited descriptors: %w", err))
+	}
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fail(fmt.Errorf("not dumpable: %w", err))
 	}
 	if !conf.Probe && conf.Path == "" {
 		return fail(errHelperNoCommand)
@@ -100,7 +103,12 @@ func stage2Main() int {
 	ch := make(chan started, 1)
 	go func() {
 		runtime.LockOSThread()
-		m, err := restrictThread(&conf)
+		m, err := joinLimits(&conf)
+		if err == nil {
+			var r []string
+			r, err = restrictThread(&conf)
+			m = append(m, r...)
+		}
 		if err == nil {
 			// Last thing before exec: nothing above stderr survives it, not
 			// even a descriptor opened since the start.
@@ -165,6 +173,26 @@ func stage2Main() int {
 			return code
 		}
 	}
+}
+
+// joinLimits moves the calling thread, and so the command it forks, into
+// the launch's cgroup v1 limit groups; the helper's other threads stay
+// outside. A group that cannot be joined fails the launch (the command is
+// never run without a limit it was given); a probe reports only what it
+// joined.
+func joinLimits(c *spawnConf) ([]string, error) {
+	var joined []string
+	for i, fd := range c.LimitFDs {
+		_, err := unix.Write(fd, []byte("0"))
+		unix.Close(fd)
+		switch {
+		case err == nil && i < len(c.LimitNames):
+			joined = append(joined, c.LimitNames[i])
+		case err != nil && !c.Probe:
+			return nil, fmt.Errorf("join limit cgroup: %w", err)
+		}
+	}
+	return joined, nil
 }
 
 // reapAll reaps every child of init (orphans are re-parented to it) until

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/docker/go-units"
 	"github.com/spf13/cobra"
 
 	"github.com/runbox-dev/runbox"
@@ -44,6 +45,13 @@ everything, --clean-env only the -e entries. Stdin is passed through.
 --output-limit stops the command once stdout and stderr together exceed
 the limit (exit status 125).
 
+--memory, --pids and --cpus limit the command's whole tree through the
+kernel's cgroups. A host that cannot enforce a limit given here refuses to
+run (the cgroup controllers must be delegated to runbox's cgroup, or
+available in cgroup v1 hierarchies); nothing runs without a limit it was
+given. A tree over its memory limit is killed (exit status 137), and a
+fork over the process limit fails.
+
 --json reports what was enforced: after the command ends, runbox writes one
 line to stderr, always the last line and always starting a line, holding a
 JSON object:
@@ -64,6 +72,7 @@ are only ever added. stdout stays the command's own.`,
   runbox host --json -- make
   runbox host --unconfined -- ./deploy.sh
   runbox host --output-limit 1048576 -- ./noisy-tool
+  runbox host --memory 512m --pids 256 --cpus 1 -- make test
   runbox host -t -- top`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -95,11 +104,14 @@ are only ever added. stdout stays the command's own.`,
 					return err
 				}
 				opts = append(opts, host.WithPolicy(p))
-			} else if len(hf.write) > 0 || hf.network {
-				return fmt.Errorf("%w: --write and --network shape the sandbox; --unconfined has none", runbox.ErrInvalidCommand)
+			} else if len(hf.write) > 0 || hf.network || hf.limited() {
+				return fmt.Errorf("%w: --write, --network, --memory, --pids and --cpus shape the sandbox; --unconfined has none", runbox.ErrInvalidCommand)
 			}
 			e, err := host.New(opts...)
 			if err != nil {
+				if errors.Is(err, host.ErrLimitsUnavailable) {
+					return fmt.Errorf("%w: the cgroup controllers are not delegated to this process; leave out --memory, --pids and --cpus to run without limits", err)
+				}
 				if errors.Is(err, host.ErrConfinementUnavailable) {
 					return fmt.Errorf("%w (pass --unconfined to run with your user's full authority)", err)
 				}
@@ -153,6 +165,9 @@ are only ever added. stdout stays the command's own.`,
 	cmd.Flags().BoolVar(&hf.network, "network", false, "give the command network access")
 	cmd.Flags().BoolVar(&hf.unconfined, "unconfined", false, "run without a sandbox, with your user's full authority")
 	cmd.Flags().BoolVar(&hf.json, "json", false, "write a JSON report of the enforced guarantees as the last line of stderr")
+	cmd.Flags().StringVar(&hf.memory, "memory", "", "memory limit of the command's tree, in bytes or with a unit: 512m, 2g")
+	cmd.Flags().Int64Var(&hf.pids, "pids", 0, "maximum number of processes (and threads) in the command's tree")
+	cmd.Flags().Float64Var(&hf.cpus, "cpus", 0, "CPUs the command's tree may use, e.g. 1.5")
 	return cmd
 }
 
@@ -162,10 +177,18 @@ type hostFlags struct {
 	network    bool
 	unconfined bool
 	json       bool
+	memory     string
+	pids       int64
+	cpus       float64
 }
 
+// limited reports whether a resource limit was asked for.
+func (f *hostFlags) limited() bool { return f.memory != "" || f.pids != 0 || f.cpus != 0 }
+
 // policy is the sandbox for a command run in dir ("" for the current
-// directory): dir and the --write paths are writable.
+// directory): dir and the --write paths are writable. Limits given on the
+// command line are required: a host that cannot enforce them refuses to
+// run rather than run without.
 func (f *hostFlags) policy(dir string) (host.Policy, error) {
 	if dir == "" {
 		wd, err := os.Getwd()
@@ -174,7 +197,20 @@ func (f *hostFlags) policy(dir string) (host.Policy, error) {
 		}
 		dir = wd
 	}
-	return host.Policy{WritableRoots: append([]string{dir}, f.write...), Network: f.network}, nil
+	p := host.Policy{WritableRoots: append([]string{dir}, f.write...), Network: f.network}
+	if f.memory != "" {
+		n, err := units.RAMInBytes(f.memory)
+		if err != nil || n <= 0 {
+			return p, fmt.Errorf("%w: --memory %q is not a size like 512m", runbox.ErrInvalidCommand, f.memory)
+		}
+		p.Resources.MemoryBytes = n
+	}
+	if f.pids < 0 || f.cpus < 0 {
+		return p, fmt.Errorf("%w: --pids and --cpus must be positive", runbox.ErrInvalidCommand)
+	}
+	p.Resources.Pids, p.Resources.CPUs = f.pids, f.cpus
+	p.Require.ResourceLimits = f.limited()
+	return p, nil
 }
 
 // hostReport is the --json line.

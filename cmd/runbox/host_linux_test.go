@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -125,4 +126,43 @@ exit 0`
 			assert.Empty(t, string(b), "written to the pipe at fd 10")
 		})
 	}
+}
+
+// TestHostResourceLimits: --memory, --pids and --cpus are enforced, and
+// reported, or refused.
+func TestHostResourceLimits(t *testing.T) {
+	bin := buildCLI(t)
+	work, err := os.MkdirTemp("/var/tmp", "runbox-cli-limits-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(work) })
+
+	r := runCLI(t, bin, work, nil, "host", "--json", "--memory", "64m", "--pids", "64", "--cpus", "1", "--",
+		"dd", "if=/dev/zero", "of=/dev/null", "bs=256M", "count=1")
+	assert.Equal(t, 137, r.code, "a memory hog over --memory is killed: %s", r.stderr)
+	lines := strings.Split(strings.TrimRight(r.stderr, "\n"), "\n")
+	var rep struct {
+		Guarantees struct {
+			Level          string   `json:"level"`
+			ResourceLimits bool     `json:"resourceLimits"`
+			Mechanisms     []string `json:"mechanisms"`
+		} `json:"guarantees"`
+		ExitCode int    `json:"exitCode"`
+		Signal   string `json:"signal"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &rep), r.stderr)
+	assert.True(t, rep.Guarantees.ResourceLimits)
+	assert.Equal(t, "full", rep.Guarantees.Level)
+	assert.Equal(t, 137, rep.ExitCode)
+	assert.Equal(t, "SIGKILL", rep.Signal)
+
+	// Positive control: the same command under a limit it stays below.
+	r = runCLI(t, bin, work, nil, "host", "--memory", "512m", "--", "dd", "if=/dev/zero", "of=/dev/null", "bs=256M", "count=1")
+	assert.Equal(t, 0, r.code, r.stderr)
+
+	r = runCLI(t, bin, work, nil, "host", "--unconfined", "--pids", "10", "--", "true")
+	assert.Equal(t, exitFailure, r.code)
+	assert.Contains(t, r.stderr, "--unconfined has none")
+	r = runCLI(t, bin, work, nil, "host", "--memory", "lots", "--", "true")
+	assert.Equal(t, exitFailure, r.code)
+	assert.Contains(t, r.stderr, "--memory")
 }
