@@ -9,11 +9,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -59,8 +61,16 @@ func TestConfinedGuaranteesOnLinux(t *testing.T) {
 	assert.False(t, g.ResourceLimits)
 	assert.Equal(t, runbox.LifetimeContainmentEnforced, g.Lifetime)
 	assert.Equal(t, runbox.GuaranteeLevelFull, g.Level)
-	for _, m := range []string{"user-ns", "mount-ns", "pid-ns", "net-ns", "seccomp", "no-new-privs", "landlock-abi-7"} {
+	for _, m := range []string{"user-ns", "mount-ns", "pid-ns", "net-ns", "seccomp", "no-new-privs"} {
 		assert.Contains(t, g.Mechanisms, m)
+	}
+	// Landlock is reported at the ABI this kernel offers, and only then.
+	abi, err := llsys.LandlockGetABIVersion()
+	landlock := slices.DeleteFunc(slices.Clone(g.Mechanisms), func(m string) bool { return !strings.HasPrefix(m, "landlock-") })
+	if err == nil && abi > 0 {
+		assert.Equal(t, []string{fmt.Sprintf("landlock-abi-%d", abi)}, landlock)
+	} else {
+		assert.Empty(t, landlock, "no Landlock on this kernel")
 	}
 
 	pp, err := e.PrepareProcess(testCtx(t), ProcessOptions{Argv: []string{"true"}})
@@ -324,6 +334,17 @@ func TestConfinedTTY(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 0, res.ExitCode, out.String())
 	assert.Contains(t, out.String(), "33 77")
+
+	// ttyname(3) must find the terminal inside the private /dev.
+	out.Reset()
+	res, err = e.Run(testCtx(t), runbox.Command{Args: []string{"tty"}, TTY: true}, runbox.Streams{Stdout: &out})
+	require.NoError(t, err)
+	assert.Equal(t, 0, res.ExitCode, out.String())
+	assert.Equal(t, "/dev/console", strings.TrimSpace(out.String()))
+	out.Reset()
+	res, err = e.Run(testCtx(t), runbox.Command{Args: []string{"sh", "-c", "tty <&-; echo x > /dev/tty && echo via-tty"}, TTY: true}, runbox.Streams{Stdout: &out})
+	require.NoError(t, err)
+	assert.Contains(t, out.String(), "via-tty", "the controlling terminal through /dev/tty")
 }
 
 func TestConfinedCgroupPlacement(t *testing.T) {

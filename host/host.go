@@ -154,6 +154,7 @@ func New(opts ...Option) (*Executor, error) {
 			_ = e.closeSys()
 			return nil, err
 		}
+		cp.inheritEnv = e.cfg.inheritEnv
 		e.conf = cp
 		e.initLimits(cp.policy.Resources)
 		g, err := e.probeConfinement()

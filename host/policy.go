@@ -149,6 +149,9 @@ type compiledPolicy struct {
 	tmp      string
 	g        runbox.Guarantees
 	grants   grantStore
+	// inheritEnv records WithInheritEnv: the caller chose to pass its
+	// environment, so no scrub is asked for.
+	inheritEnv bool
 }
 
 // canonicalPath returns p absolute and with every symlink resolved; it must
@@ -244,7 +247,7 @@ func (cp *compiledPolicy) requested() runbox.Guarantees {
 	if cp.policy.Unconfined {
 		return want
 	}
-	want.EnvScrub = true
+	want.EnvScrub = !cp.inheritEnv || want.EnvScrub
 	if !cp.policy.BroadWrite {
 		want.WriteBoundary = true
 	}

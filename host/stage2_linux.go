@@ -273,6 +273,11 @@ func buildRoot(c *spawnConf) error {
 	if err := buildDev(nr("/dev")); err != nil {
 		return step("/dev", err)
 	}
+	if c.TTY {
+		if err := bindTerminal(nr("/dev/console")); err != nil {
+			return step("/dev/console", err)
+		}
+	}
 	if !c.BroadWrite {
 		if err := unix.Mount("tmpfs", nr("/tmp"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777"); err != nil {
 			return step("mount /tmp", err)
@@ -414,6 +419,54 @@ func buildDev(dev string) error {
 	// failure.
 	_ = unix.Mount("devpts", filepath.Join(dev, "pts"), "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620")
 	return unix.Mount("tmpfs", filepath.Join(dev, "shm"), "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, "mode=1777")
+}
+
+// bindTerminal makes the command's terminal, the helper's fd 0, findable
+// by ttyname(3) (tty, ssh, gpg): it lives in the host's devpts, not in the
+// sandbox's private one, so its device is bound onto dst (/dev/console),
+// where the search through /dev finds the same inode. What fd 0 names is
+// checked to be that very device before it is bound; anything else
+// (stdin not from a terminal in /dev) binds nothing.
+func bindTerminal(dst string) error {
+	var want unix.Stat_t
+	if err := unix.Fstat(0, &want); err != nil || want.Mode&unix.S_IFMT != unix.S_IFCHR {
+		return nil
+	}
+	link, err := os.Readlink(sandboxOldRoot + "/proc/self/fd/0")
+	if err != nil || !strings.HasPrefix(link, "/dev/") {
+		return nil
+	}
+	sfd, err := noSymlinks(sandboxOldRoot + link)
+	if err != nil {
+		return nil
+	}
+	defer unix.Close(sfd)
+	var got unix.Stat_t
+	if err := unix.Fstat(sfd, &got); err != nil || got.Dev != want.Dev || got.Ino != want.Ino || got.Rdev != want.Rdev {
+		return nil
+	}
+	fd, err := unix.Open(dst, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	unix.Close(fd)
+	tree, err := unix.OpenTree(sfd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
+	if err != nil {
+		return fmt.Errorf("open_tree: %w", err)
+	}
+	defer unix.Close(tree)
+	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NOEXEC}); err != nil {
+		return fmt.Errorf("mount_setattr: %w", err)
+	}
+	dfd, err := noSymlinks(dst)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dfd)
+	if err := unix.MoveMount(tree, "", dfd, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
+		return fmt.Errorf("move_mount: %w", err)
+	}
+	return nil
 }
 
 // loopbackUp brings the new network namespace's lo interface up.

@@ -63,7 +63,8 @@ JSON object:
    "exitCode":0,"signal":""}
 
 level is none, degraded or full; lifetime is unspecified, best-effort or
-enforced; kind is read-only, scoped-write or broad-write. exitCode is -1
+enforced; kind is read-only, scoped-write or broad-write (none when runbox
+failed before it could make the sandbox). exitCode is -1
 when the command did not complete (then "error" holds the reason). Keys
 are only ever added. stdout stays the command's own.`,
 		Example: `  runbox host -- git status
@@ -75,86 +76,91 @@ are only ever added. stdout stays the command's own.`,
   runbox host --memory 512m --pids 256 --cpus 1 -- make test
   runbox host -t -- top`,
 		Args: cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			// Descriptors this process inherited (from the shell, say) are
-			// not the command's, confined or not: stdin, stdout and stderr
-			// are all it gets.
-			if err := host.CloseInheritedOnExec(); err != nil {
-				return fmt.Errorf("%w: inherited descriptors: %w", runbox.ErrStart, err)
-			}
-			c, err := xf.command(afterDash(args))
+	}
+	run := func(cmd *cobra.Command, args []string, rep *hostReport) error {
+		// Descriptors this process inherited (from the shell, say) are
+		// not the command's, confined or not: stdin, stdout and stderr
+		// are all it gets.
+		if err := host.CloseInheritedOnExec(); err != nil {
+			return fmt.Errorf("%w: inherited descriptors: %w", runbox.ErrStart, err)
+		}
+		c, err := xf.command(afterDash(args))
+		if err != nil {
+			return err
+		}
+		c.Stdin = os.Stdin
+		timeout, err := xf.parseTimeout()
+		if err != nil {
+			return err
+		}
+		if limit < 0 {
+			return fmt.Errorf("%w: --output-limit must be positive", runbox.ErrInvalidCommand)
+		}
+		var opts []host.Option
+		if inherit {
+			opts = append(opts, host.WithInheritEnv())
+		}
+		if !hf.unconfined {
+			p, err := hf.policy(c.Dir)
 			if err != nil {
 				return err
 			}
-			c.Stdin = os.Stdin
-			timeout, err := xf.parseTimeout()
-			if err != nil {
-				return err
+			opts = append(opts, host.WithPolicy(p))
+		} else if len(hf.write) > 0 || hf.network || hf.limited() {
+			return fmt.Errorf("%w: --write, --network, --memory, --pids and --cpus shape the sandbox; --unconfined has none", runbox.ErrInvalidCommand)
+		}
+		e, err := host.New(opts...)
+		if err != nil {
+			if errors.Is(err, host.ErrLimitsUnavailable) {
+				return fmt.Errorf("%w: the cgroup controllers are not delegated to this process; leave out --memory, --pids and --cpus to run without limits", err)
 			}
-			if limit < 0 {
-				return fmt.Errorf("%w: --output-limit must be positive", runbox.ErrInvalidCommand)
+			if errors.Is(err, host.ErrConfinementUnavailable) {
+				return fmt.Errorf("%w (pass --unconfined to run with your user's full authority)", err)
 			}
-			var opts []host.Option
-			if inherit {
-				opts = append(opts, host.WithInheritEnv())
-			}
-			if !hf.unconfined {
-				p, err := hf.policy(c.Dir)
-				if err != nil {
-					return err
-				}
-				opts = append(opts, host.WithPolicy(p))
-			} else if len(hf.write) > 0 || hf.network || hf.limited() {
-				return fmt.Errorf("%w: --write, --network, --memory, --pids and --cpus shape the sandbox; --unconfined has none", runbox.ErrInvalidCommand)
-			}
-			e, err := host.New(opts...)
-			if err != nil {
-				if errors.Is(err, host.ErrLimitsUnavailable) {
-					return fmt.Errorf("%w: the cgroup controllers are not delegated to this process; leave out --memory, --pids and --cpus to run without limits", err)
-				}
-				if errors.Is(err, host.ErrConfinementUnavailable) {
-					return fmt.Errorf("%w (pass --unconfined to run with your user's full authority)", err)
-				}
-				return err
-			}
-			defer e.Close()
-			var rep *hostReport
-			if hf.json {
-				rep = &hostReport{e: e, stderr: &lastByteWriter{w: os.Stderr}}
-				defer rep.print()
-			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
-			defer stop()
-			runCtx, cancel := context.WithCancelCause(ctx)
-			defer cancel(nil)
-			if timeout > 0 {
-				var cancelT context.CancelFunc
-				runCtx, cancelT = context.WithTimeout(runCtx, timeout)
-				defer cancelT()
-			}
-			if c.TTY {
-				res, err := runHostTTY(runCtx, e, c)
-				rep.record(res, err)
-				return outcome(ctx, timeout, res, err)
-			}
-			var stderr io.Writer = os.Stderr
-			if rep != nil {
-				stderr = rep.stderr
-			}
-			streams := runbox.Streams{Stdout: os.Stdout, Stderr: stderr}
-			if limit > 0 {
-				lw := &limitWriter{left: limit, exceeded: func() { cancel(runbox.ErrOutputLimit) }}
-				streams = runbox.Streams{Stdout: lw.to(os.Stdout), Stderr: lw.to(stderr)}
-			}
-			res, err := e.Run(runCtx, c, streams)
-			if err != nil && errors.Is(context.Cause(runCtx), runbox.ErrOutputLimit) {
-				err = fmt.Errorf("%w: more than %d bytes of output; the command was stopped", runbox.ErrOutputLimit, limit)
-				rep.record(res, err)
-				return err
-			}
+			return err
+		}
+		defer e.Close()
+		if rep != nil {
+			rep.e = e
+		}
+		ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		runCtx, cancel := context.WithCancelCause(ctx)
+		defer cancel(nil)
+		if timeout > 0 {
+			var cancelT context.CancelFunc
+			runCtx, cancelT = context.WithTimeout(runCtx, timeout)
+			defer cancelT()
+		}
+		if c.TTY {
+			res, err := runHostTTY(runCtx, e, c)
 			rep.record(res, err)
 			return outcome(ctx, timeout, res, err)
-		},
+		}
+		var stderr io.Writer = os.Stderr
+		if rep != nil {
+			stderr = rep.stderr
+		}
+		streams := runbox.Streams{Stdout: os.Stdout, Stderr: stderr}
+		if limit > 0 {
+			lw := &limitWriter{left: limit, exceeded: func() { cancel(runbox.ErrOutputLimit) }}
+			streams = runbox.Streams{Stdout: lw.to(os.Stdout), Stderr: lw.to(stderr)}
+		}
+		res, err := e.Run(runCtx, c, streams)
+		if err != nil && errors.Is(context.Cause(runCtx), runbox.ErrOutputLimit) {
+			err = fmt.Errorf("%w: more than %d bytes of output; the command was stopped", runbox.ErrOutputLimit, limit)
+			rep.record(res, err)
+			return err
+		}
+		rep.record(res, err)
+		return outcome(ctx, timeout, res, err)
+	}
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		if !hf.json {
+			return run(cmd, args, nil)
+		}
+		rep := &hostReport{stderr: &lastByteWriter{w: os.Stderr}}
+		return rep.finish(run(cmd, args, rep))
 	}
 	cmd.Flags().SetInterspersed(false)
 	xf.register(cmd.Flags(), true)
@@ -227,8 +233,37 @@ func (r *hostReport) record(res runbox.Result, err error) {
 	}
 }
 
+// finish ends a --json run whatever its outcome: it writes what would
+// otherwise follow (runbox's own message about err), then the report, so
+// that the report is always the last line, and returns the exit status
+// alone.
+func (r *hostReport) finish(err error) error {
+	code := 0
+	var ec *exitCode
+	switch {
+	case err == nil:
+	case errors.As(err, &ec):
+		if ec.msg != "" {
+			fmt.Fprintln(r.stderr, "runbox:", ec.msg)
+		}
+		code = ec.code
+	default:
+		if r.err == nil {
+			r.res, r.err = runbox.Result{ExitCode: -1}, err
+		}
+		fmt.Fprintf(r.stderr, "runbox: %v%s\n", err, hint(err))
+		code = exitFailure
+	}
+	r.print()
+	if code == 0 {
+		return nil
+	}
+	return &exitCode{code: code}
+}
+
 // print writes the report as the last line of stderr, starting a new line
-// if the command's output did not end with one.
+// if the command's output did not end with one. Without an executor (it
+// could not be made) nothing is enforced.
 func (r *hostReport) print() {
 	type access struct {
 		Kind       string   `json:"kind"`
@@ -240,9 +275,12 @@ func (r *hostReport) print() {
 		ExitCode   int               `json:"exitCode"`
 		Signal     string            `json:"signal"`
 		Error      string            `json:"error,omitempty"`
-	}{Guarantees: r.e.Guarantees(), ExitCode: r.res.ExitCode, Signal: r.res.Signal}
-	a := r.e.EffectiveAccess()
-	out.Access = access{Kind: a.Kind().String(), WritePaths: a.WritePaths()}
+	}{ExitCode: r.res.ExitCode, Signal: r.res.Signal, Access: access{Kind: "none"}}
+	if r.e != nil {
+		out.Guarantees = r.e.Guarantees()
+		a := r.e.EffectiveAccess()
+		out.Access = access{Kind: a.Kind().String(), WritePaths: a.WritePaths()}
+	}
 	if out.Access.WritePaths == nil {
 		out.Access.WritePaths = []string{}
 	}

@@ -166,3 +166,72 @@ func TestHostResourceLimits(t *testing.T) {
 	assert.Equal(t, exitFailure, r.code)
 	assert.Contains(t, r.stderr, "--memory")
 }
+
+// lastJSON decodes the last line of stderr, which --json promises is the
+// report whatever happened.
+func lastJSON(t *testing.T, stderr string) map[string]any {
+	t.Helper()
+	lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n")
+	var rep map[string]any
+	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &rep), "last stderr line of %q", stderr)
+	require.Contains(t, rep, "guarantees")
+	return rep
+}
+
+// TestHostJSONIsLastOnEveryOutcome: after a timeout, a start failure, an
+// output-limit stop and a refused sandbox, as after a plain exit, the
+// report is the last line of stderr and runbox's own message comes before.
+func TestHostJSONIsLastOnEveryOutcome(t *testing.T) {
+	bin := buildCLI(t)
+	work, err := os.MkdirTemp("/var/tmp", "runbox-cli-json-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(work) })
+
+	cases := []struct {
+		name string
+		args []string
+		code int
+		msg  string // runbox's own message, before the report
+	}{
+		{"exit", []string{"--", "sh", "-c", "echo no newline >&2; printf x >&2; exit 3"}, 3, ""},
+		{"timeout", []string{"--timeout", "300ms", "--", "sleep", "100"}, exitTimeout, "timed out"},
+		{"start failure", []string{"--", "/no/such/program"}, exitFailure, "could not be started"},
+		{"output limit", []string{"--output-limit", "1000", "--", "sh", "-c", "yes | head -c 100000"}, exitFailure, "output limit"},
+		{"refused", []string{"--unconfined", "--network", "--", "true"}, exitFailure, "--unconfined has none"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := runCLI(t, bin, work, nil, append([]string{"host", "--json"}, c.args...)...)
+			assert.Equal(t, c.code, r.code, r.stderr)
+			rep := lastJSON(t, r.stderr)
+			if c.msg != "" {
+				before := r.stderr[:strings.LastIndex(strings.TrimRight(r.stderr, "\n"), "\n")+1]
+				assert.Contains(t, before, c.msg)
+				assert.Contains(t, before, "runbox: ")
+			}
+			if c.code == exitFailure {
+				assert.EqualValues(t, -1, rep["exitCode"])
+				assert.NotEmpty(t, rep["error"])
+			}
+		})
+	}
+}
+
+// TestHostInheritEnv: --inherit-env is the user's choice, not a boundary
+// the host failed to enforce.
+func TestHostInheritEnv(t *testing.T) {
+	bin := buildCLI(t)
+	work, err := os.MkdirTemp("/var/tmp", "runbox-cli-env-")
+	require.NoError(t, err)
+	t.Cleanup(func() { os.RemoveAll(work) })
+	t.Setenv("RUNBOX_CLI_INHERITED", "passed")
+	r := runCLI(t, bin, work, nil, "host", "--json", "--inherit-env", "--", "sh", "-c", "echo $RUNBOX_CLI_INHERITED")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Equal(t, "passed\n", r.stdout)
+	g := lastJSON(t, r.stderr)["guarantees"].(map[string]any)
+	assert.Equal(t, false, g["envScrub"])
+	assert.Equal(t, "full", g["level"], "everything asked for is enforced")
+	r = runCLI(t, bin, work, nil, "host", "--", "sh", "-c", "echo [$RUNBOX_CLI_INHERITED]")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Equal(t, "[]\n", r.stdout, "scrubbed without --inherit-env")
+}
