@@ -20,22 +20,25 @@ import (
 // methods are safe for concurrent use.
 type Process struct {
 	s      *Session
+	conn   *agent.Client // the connection that carries call
 	call   *agent.Call
 	tty    bool
 	grace  time.Duration
 	pid    int
 	stdin  *processStdin
-	stdout *io.PipeReader
-	stderr *io.PipeReader
-	outW   *io.PipeWriter
-	errW   *io.PipeWriter
+	stdout *streamBuffer
+	stderr *streamBuffer
 
+	closing   chan struct{} // closed by Close: unread output is dropped, never waited for
+	abort     chan struct{} // closed by Close when the end was not confirmed in time
+	abortErr  error         // why, set before abort is closed
 	done      chan struct{}
 	res       runbox.Result
 	err       error
 	escalated atomic.Int32 // Terminate escalations (at most one)
 	termOnce  sync.Once
 	closeOnce sync.Once
+	closeErr  error
 }
 
 var _ runbox.StreamingProcess = (*Process)(nil)
@@ -43,12 +46,19 @@ var _ runbox.StreamingProcess = (*Process)(nil)
 // DefaultTerminateGrace is how long Terminate waits before it kills.
 const DefaultTerminateGrace = 5 * time.Second
 
+// streamWindow is how much of one stream is buffered for a reader that is
+// not reading it, like a pipe's buffer: beyond it the process waits (its
+// output stops reaching the agent), but the other stream never waits for
+// this one before that.
+const streamWindow = 1 << 20
+
 // Start starts cmd in the session and returns at once with a streaming
 // handle. It needs the session's agent; a plain-exec session returns an
 // error wrapping runbox.ErrUnsupported. cmd.Stdin, cmd.Resize and the
 // Streams are not used: the handle's Stdin, Resize, Stdout and Stderr take
-// their place. The session's other calls wait until the process has ended,
-// as calls on one session are serial.
+// their place. The session's other calls wait until the process has ended
+// or was closed, as calls on one session are serial; a Start that waits
+// for them past ctx's end returns an error wrapping runbox.ErrCancelled.
 func (s *Session) Start(ctx context.Context, cmd runbox.Command) (*Process, error) {
 	if err := cmd.Validate(); err != nil {
 		return nil, err
@@ -59,18 +69,22 @@ func (s *Session) Start(ctx context.Context, cmd runbox.Command) (*Process, erro
 	if ctx.Err() != nil {
 		return nil, cancelled(ctx, "")
 	}
-	s.mu.Lock()
+	if err := s.mu.lock(ctx); err != nil {
+		return nil, err
+	}
 	if s.closed.Load() {
-		s.mu.Unlock()
+		s.mu.unlock()
 		return nil, runbox.ErrSessionClosed
 	}
-	call, err := s.agent.Start(agent.StartRequest{Args: cmd.Args, Env: cmd.Env, CleanEnv: cmd.CleanEnv, Dir: cmd.Dir,
+	conn := s.agent
+	call, err := conn.Start(agent.StartRequest{Args: cmd.Args, Env: cmd.Env, CleanEnv: cmd.CleanEnv, Dir: cmd.Dir,
 		TTY: cmd.TTY, Rows: cmd.TermSize.Rows, Cols: cmd.TermSize.Cols})
 	if err != nil {
-		s.mu.Unlock()
+		s.mu.unlock()
 		return nil, s.lostOrTransport(ctx, err)
 	}
-	p := &Process{s: s, call: call, tty: cmd.TTY, grace: s.e.termGrace, done: make(chan struct{})}
+	p := &Process{s: s, conn: conn, call: call, tty: cmd.TTY, grace: s.e.termGrace,
+		closing: make(chan struct{}), abort: make(chan struct{}), done: make(chan struct{})}
 	// Wait for the agent's verdict: started, or why not.
 	for p.pid == 0 {
 		select {
@@ -84,39 +98,41 @@ func (s *Session) Start(ctx context.Context, cmd runbox.Command) (*Process, erro
 				var sf agent.StartFailed
 				_ = agent.Decode(f, &sf)
 				call.Abandon()
-				s.mu.Unlock()
+				s.mu.unlock()
 				return nil, fmt.Errorf("%w: %s", runbox.ErrStart, sf.Error)
 			}
 		case <-ctx.Done():
 			_ = call.Cancel()
 			call.Abandon()
-			s.mu.Unlock()
+			s.mu.unlock()
 			return nil, cancelled(ctx, "")
-		case <-s.agent.Done():
+		case <-conn.Done():
 			call.Abandon()
-			s.mu.Unlock()
+			s.mu.unlock()
 			return nil, s.lostOrTransport(ctx, agent.ErrConnectionLost)
 		}
 	}
-	p.stdout, p.outW = io.Pipe()
-	p.stderr, p.errW = io.Pipe()
+	p.stdout, p.stderr = newStreamBuffer(streamWindow), newStreamBuffer(streamWindow)
 	p.stdin = &processStdin{call: call}
 	if cmd.TTY {
-		p.errW.Close() // a terminal has one output stream
+		p.stderr.finish(nil) // a terminal has one output stream
 	}
 	go p.pump()
 	return p, nil
 }
 
-// pump delivers output until the exit, then releases the session.
+// pump delivers output until the exit, then releases the session. It never
+// waits for a reader once Close was called, so Close always ends it.
 func (p *Process) pump() {
-	defer p.s.mu.Unlock()
-	defer p.call.Abandon()
 	finish := func(res runbox.Result, err error) {
 		p.res, p.err = res, err
-		p.outW.CloseWithError(err)
-		p.errW.CloseWithError(err)
+		p.stdout.finish(err)
+		p.stderr.finish(err)
 		p.stdin.finish()
+		p.call.Abandon()
+		// Released before done: a call made after Wait or Close returned
+		// never queues behind this process.
+		p.s.mu.unlock()
 		close(p.done)
 	}
 	for {
@@ -124,9 +140,9 @@ func (p *Process) pump() {
 		case f := <-p.call.Events():
 			switch f.Type {
 			case agent.TypeStdout:
-				_, _ = p.outW.Write(f.Payload) // an abandoned reader closes its end
+				p.deliver(p.stdout, f.Payload)
 			case agent.TypeStderr:
-				_, _ = p.errW.Write(f.Payload)
+				p.deliver(p.stderr, f.Payload)
 			case agent.TypeExit:
 				var ex agent.Exit
 				if err := agent.Decode(f, &ex); err != nil {
@@ -136,8 +152,28 @@ func (p *Process) pump() {
 				finish(runbox.Result{ExitCode: ex.Code, Signal: ex.Signal}, nil)
 				return
 			}
-		case <-p.s.agent.Done():
+		case <-p.conn.Done():
 			finish(runbox.Result{ExitCode: -1}, p.s.lostOrTransport(context.Background(), agent.ErrConnectionLost))
+			return
+		case <-p.abort:
+			finish(runbox.Result{ExitCode: -1}, p.abortErr)
+			return
+		}
+	}
+}
+
+// deliver buffers output for its reader, waiting while the stream's window
+// is full (as a writer to a full pipe does) unless Close was called or the
+// connection is gone; then what does not fit is dropped.
+func (p *Process) deliver(b *streamBuffer, data []byte) {
+	for !b.write(data) {
+		select {
+		case <-b.space:
+		case <-p.closing:
+			return
+		case <-p.abort:
+			return
+		case <-p.conn.Done():
 			return
 		}
 	}
@@ -241,38 +277,68 @@ func (p *Process) Resize(size runbox.TermSize) error {
 	return p.call.Resize(size.Rows, size.Cols)
 }
 
-// Close kills the process if it still runs, waits for its end (bounded by
-// ctx) and releases its streams. It is idempotent.
+// Close kills the process if it still runs, waits for its end and
+// releases its streams and the session. It waits at most until ctx ends or
+// the terminate grace has passed: when the agent has not confirmed the end
+// by then, the process is given up (Wait reports an error wrapping
+// runbox.ErrTransport, or runbox.ErrCancelled when ctx ended) and the
+// session is released all the same. Output nobody has read is dropped. It
+// is idempotent: later calls return the first call's result.
 func (p *Process) Close(ctx context.Context) error {
-	p.closeOnce.Do(func() {
+	p.closeOnce.Do(func() { p.closeErr = p.close(ctx) })
+	return p.closeErr
+}
+
+func (p *Process) close(ctx context.Context) error {
+	close(p.closing)
+	// The kill is sent beside the wait: a connection that does not take
+	// it must not hold Close past its bound.
+	go func() {
 		select {
 		case <-p.done:
 		default:
 			_ = p.call.Cancel()
 		}
 		_ = p.stdin.Close()
-	})
+	}()
+	t := time.NewTimer(p.grace)
+	defer t.Stop()
+	var err error
 	select {
 	case <-p.done:
 	case <-ctx.Done():
-		return cancelled(ctx, "the process may still be ending")
+		err = cancelled(ctx, "the agent did not confirm the process's end; it was given up")
+	case <-t.C:
+		err = fmt.Errorf("%w: the agent did not confirm the process's end within %s; it was given up", runbox.ErrTransport, p.grace)
 	}
-	p.stdout.Close()
-	p.stderr.Close()
-	return nil
+	if err != nil {
+		p.abortErr = err
+		close(p.abort)
+		<-p.done // the pump never blocks once abort is closed
+		if p.err != err {
+			err = nil // the exit arrived after all
+		}
+	}
+	// Readers still blocked get the rest of what arrived, then the end;
+	// later reads fail as on a closed pipe.
+	p.stdout.closeRead()
+	p.stderr.closeRead()
+	return err
 }
 
-// processStdin writes through the agent's stdin window.
+// processStdin writes through the agent's stdin window. Writers are
+// serialized so that writes never interleave; Close does not wait for a
+// writer that waits for the window.
 type processStdin struct {
 	call   *agent.Call
-	mu     sync.Mutex
-	closed bool
+	wmu    sync.Mutex // serializes writers
+	closed atomic.Bool
 }
 
 func (w *processStdin) Write(b []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.closed {
+	w.wmu.Lock()
+	defer w.wmu.Unlock()
+	if w.closed.Load() {
 		return 0, runbox.ErrProcessStdinClosed
 	}
 	if err := w.call.WriteStdin(b); err != nil {
@@ -281,19 +347,13 @@ func (w *processStdin) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
+// Close delivers EOF once; later calls return nil.
 func (w *processStdin) Close() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.closed {
+	if w.closed.Swap(true) {
 		return nil
 	}
-	w.closed = true
 	return w.call.CloseStdin()
 }
 
 // finish marks stdin closed once the process is gone.
-func (w *processStdin) finish() {
-	w.mu.Lock()
-	w.closed = true
-	w.mu.Unlock()
-}
+func (w *processStdin) finish() { w.closed.Store(true) }

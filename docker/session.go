@@ -28,7 +28,7 @@ type Session struct {
 	id   string
 	spec runbox.Spec
 
-	mu     sync.Mutex  // serializes Run and Snapshot
+	mu     callLock    // serializes Run, Snapshot and streaming processes
 	closed atomic.Bool // set first thing in Close
 
 	agent *agent.Client // nil: plain Engine exec
@@ -250,8 +250,10 @@ func (s *Session) run(ctx context.Context, cmd runbox.Command, streams runbox.St
 	if ctx.Err() != nil {
 		return runbox.Result{}, cancelled(ctx, "")
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	if err := s.mu.lock(ctx); err != nil {
+		return runbox.Result{}, err
+	}
+	defer s.mu.unlock()
 	if s.closed.Load() {
 		return runbox.Result{}, runbox.ErrSessionClosed
 	}
@@ -285,8 +287,10 @@ func (s *Session) Snapshot(ctx context.Context, opts runbox.SnapshotOptions) (ru
 			return runbox.Image{}, fmt.Errorf("%w: empty label name", runbox.ErrInvalidSpec)
 		}
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	if err := s.mu.lock(ctx); err != nil {
+		return runbox.Image{}, err
+	}
+	defer s.mu.unlock()
 	if s.closed.Load() {
 		return runbox.Image{}, runbox.ErrSessionClosed
 	}
