@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -134,19 +135,31 @@ func (f *execFlags) register(fs *pflag.FlagSet, withEnv bool) {
 	fs.StringVar(&f.timeout, "timeout", "", "stop waiting after this long (e.g. 30s, 5m); exit status 124")
 }
 
-// parseTimeout returns 0 for no timeout.
+// parseTimeout returns 0 for no timeout. A number is seconds. Anything
+// that is not a positive duration a time.Duration can hold is refused:
+// converting an infinite or huge number overflows to a negative duration,
+// and a tiny one rounds to zero, and either would mean "no timeout".
 func (f *execFlags) parseTimeout() (time.Duration, error) {
 	if f.timeout == "" {
 		return 0, nil
 	}
-	d, err := time.ParseDuration(f.timeout)
-	if err != nil || d <= 0 {
-		if secs, serr := strconv.ParseFloat(f.timeout, 64); serr == nil && secs > 0 {
-			return time.Duration(secs * float64(time.Second)), nil
+	bad := fmt.Errorf("%w: --timeout %q is not a positive duration like 30s or 5m (at most %s)", runbox.ErrInvalidCommand, f.timeout, time.Duration(math.MaxInt64))
+	if d, err := time.ParseDuration(f.timeout); err == nil {
+		if d <= 0 {
+			return 0, bad
 		}
-		return 0, fmt.Errorf("%w: --timeout %q is not a positive duration like 30s or 5m", runbox.ErrInvalidCommand, f.timeout)
+		return d, nil
 	}
-	return d, nil
+	secs, err := strconv.ParseFloat(f.timeout, 64)
+	if err != nil {
+		return 0, bad
+	}
+	ns := secs * float64(time.Second)
+	// float64(math.MaxInt64) is 2^63, one past the largest Duration.
+	if math.IsNaN(ns) || ns < 1 || ns >= float64(math.MaxInt64) {
+		return 0, bad
+	}
+	return time.Duration(ns), nil
 }
 
 func (f *execFlags) command(args []string) (runbox.Command, error) {

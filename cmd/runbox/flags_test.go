@@ -1,0 +1,64 @@
+package main
+
+import (
+	"io"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/runbox-dev/runbox"
+)
+
+// badTimeouts overflow a time.Duration, round to nothing, or are not
+// numbers: each once meant "no timeout".
+var badTimeouts = []string{"1e300", "inf", "+Inf", "Infinity", "1e10", "9.3e9", "NaN", "-1", "-5s", "0", "0s", "1e-12", "9999999999h", "soon"}
+
+func TestParseTimeout(t *testing.T) {
+	for in, want := range map[string]time.Duration{
+		"30s": 30 * time.Second, "5m": 5 * time.Minute, "1.5": 1500 * time.Millisecond, "2": 2 * time.Second,
+		"1e9": 1e9 * time.Second, "2562047h": 2562047 * time.Hour, "": 0,
+	} {
+		got, err := (&execFlags{timeout: in}).parseTimeout()
+		require.NoError(t, err, in)
+		assert.Equal(t, want, got, in)
+	}
+	for _, in := range badTimeouts {
+		got, err := (&execFlags{timeout: in}).parseTimeout()
+		assert.ErrorIs(t, err, runbox.ErrInvalidCommand, "%s gave %v", in, got)
+	}
+}
+
+// TestBadTimeoutExits125: every command with --timeout refuses a bad one
+// with exit status 125 and one line, before reaching anything.
+func TestBadTimeoutExits125(t *testing.T) {
+	for _, in := range badTimeouts {
+		for _, args := range [][]string{
+			{"exec", "--timeout", in, "no-such-session", "--", "true"},
+			{"run", "--timeout", in, "no-such-image:1", "--", "true"},
+			{"host", "--timeout", in, "--", "true"},
+		} {
+			code, msg := executeCapturingStderr(t, args)
+			assert.Equal(t, exitFailure, code, "%v", args)
+			assert.Equal(t, 1, strings.Count(msg, "\n"), "%v: one line: %q", args, msg)
+			assert.Contains(t, msg, "--timeout", "%v", args)
+		}
+	}
+}
+
+func executeCapturingStderr(t *testing.T, args []string) (int, string) {
+	t.Helper()
+	stderr := os.Stderr
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	os.Stderr = w
+	code := execute(args)
+	w.Close()
+	os.Stderr = stderr
+	msg, _ := io.ReadAll(r)
+	r.Close()
+	return code, string(msg)
+}
