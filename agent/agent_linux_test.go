@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +23,28 @@ import (
 // its children as PID 1 would.
 func inProcessAgent(t *testing.T) *Client {
 	t.Helper()
-	s := &server{waiters: map[int]chan unix.WaitStatus{}}
+	c, err := inProcessAgentKeyed(t, nil, nil)
+	require.NoError(t, err)
+	return c
+}
+
+// inProcessAgentKeyed serves one connection with an agent that holds
+// agentKey, reached by a client that holds clientKey.
+func inProcessAgentKeyed(t *testing.T, agentKey, clientKey []byte) (*Client, error) {
+	t.Helper()
+	b := inProcessServer(t, agentKey)
+	c, err := NewClient(b, ClientOptions{Timeout: 5 * time.Second, Key: clientKey})
+	if c != nil {
+		t.Cleanup(func() { c.Close() })
+	}
+	return c, err
+}
+
+// inProcessServer serves one connection from this test process, reaping
+// its children as PID 1 would, and returns the client's end.
+func inProcessServer(t *testing.T, key []byte) net.Conn {
+	t.Helper()
+	s := &server{waiters: map[int]chan unix.WaitStatus{}, key: key}
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, unix.SIGCHLD)
 	stop := make(chan struct{})
@@ -40,16 +63,14 @@ func inProcessAgent(t *testing.T) *Client {
 	a, b := net.Pipe()
 	served := make(chan struct{})
 	go func() { s.handle(a); close(served) }()
-	c, err := NewClient(b, 5*time.Second)
-	require.NoError(t, err)
 	t.Cleanup(func() {
-		c.Close()
+		b.Close()
 		<-served
 		signal.Stop(sigs)
 		close(stop)
 		<-reaped
 	})
-	return c
+	return b
 }
 
 func run(t *testing.T, c *Client, req StartRequest, stdin io.Reader) (string, string, Exit, error) {
@@ -134,7 +155,7 @@ func TestClientFailsPendingCallsOnBadFrames(t *testing.T) {
 		_, _ = r.Next() // the start request
 		_, _ = a.Write([]byte{Version, 0xee, 0, 0, 0, 1, 0, 0, 0, 0})
 	}()
-	c, err := NewClient(b, 5*time.Second)
+	c, err := NewClient(b, ClientOptions{Timeout: 5 * time.Second})
 	require.NoError(t, err)
 	require.NoError(t, <-hello)
 	defer c.Close()
@@ -147,6 +168,108 @@ func TestHandshakeTimesOut(t *testing.T) {
 	a, b := net.Pipe()
 	defer a.Close()
 	go func() { _, _ = io.Copy(io.Discard, a) }()
-	_, err := NewClient(b, 100*time.Millisecond)
+	_, err := NewClient(b, ClientOptions{Timeout: 100 * time.Millisecond})
 	require.Error(t, err)
+}
+
+func TestKeyedHandshake(t *testing.T) {
+	key := NewKey()
+	c, err := inProcessAgentKeyed(t, key, key)
+	require.NoError(t, err)
+	out, _, ex, err := run(t, c, StartRequest{Args: []string{"echo", "authenticated"}}, nil)
+	require.NoError(t, err)
+	assert.Equal(t, Exit{}, ex)
+	assert.Equal(t, "authenticated\n", out)
+
+	// A client without the key is refused before it can start anything.
+	marker := filepath.Join(t.TempDir(), "pwned")
+	c, err = inProcessAgentKeyed(t, key, nil)
+	require.NoError(t, err, "a keyless client learns of the refusal at its first request")
+	_, _, _, err = run(t, c, StartRequest{Args: []string{"touch", marker}}, nil)
+	require.ErrorIs(t, err, ErrConnectionLost)
+	assert.NoFileExists(t, marker)
+	_, err = inProcessAgentKeyed(t, key, NewKey())
+	require.ErrorIs(t, err, ErrAuth, "an agent with another key is not the session's")
+}
+
+// TestClientRefusesAnImpostor: a peer that answers hello without the key
+// gets nothing further, above all no start request.
+func TestClientRefusesAnImpostor(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	got := make(chan []Type, 1)
+	go func() {
+		r := NewReader(a)
+		var types []Type
+		for {
+			f, err := r.Next()
+			if err != nil {
+				got <- types
+				return
+			}
+			types = append(types, f.Type)
+			if f.Type == TypeHello {
+				_ = WriteJSON(a, TypeHello, 0, Hello{Version: Version, Nonce: random(NonceSize), Proof: random(32)})
+			}
+		}
+	}()
+	_, err := NewClient(b, ClientOptions{Timeout: 5 * time.Second, Key: NewKey()})
+	require.ErrorIs(t, err, ErrAuth)
+	assert.Equal(t, []Type{TypeHello}, <-got, "the client sent nothing after the impostor's hello")
+}
+
+// TestLargeStartRequests: a request larger than one frame runs; one larger
+// than Linux can exec fails alone, and the connection stays usable.
+func TestLargeStartRequests(t *testing.T) {
+	c := inProcessAgent(t)
+	args := []string{"sh", "-c", `echo $#`, "sh"}
+	for range 100_000 {
+		args = append(args, "0123456789abcdef")
+	}
+	out, _, ex, err := run(t, c, StartRequest{Args: args[:60_000]}, nil)
+	require.NoError(t, err, "60 000 arguments of 16 bytes fit Linux's limit")
+	assert.Equal(t, Exit{}, ex)
+	assert.Equal(t, "59996\n", out)
+
+	_, _, _, err = run(t, c, StartRequest{Args: args}, nil)
+	var se *StartError
+	require.ErrorAs(t, err, &se, "beyond the kernel's limit: the exec fails")
+	assert.Contains(t, se.Message, "argument list too long")
+
+	_, _, _, err = run(t, c, StartRequest{Args: []string{"true"}, Env: []string{"BIG=" + strings.Repeat("x", 1<<20)}}, nil)
+	require.ErrorAs(t, err, &se, "a single 1 MiB string is more than Linux takes")
+
+	_, _, _, err = run(t, c, StartRequest{Args: []string{"true"}, Env: []string{"BIG=" + strings.Repeat("x", 7<<20)}}, nil)
+	require.ErrorIs(t, err, ErrTooLarge)
+
+	out, _, _, err = run(t, c, StartRequest{Args: []string{"echo", "still here"}}, nil)
+	require.NoError(t, err)
+	assert.Equal(t, "still here\n", out)
+}
+
+// TestOversizedRequestFailsAlone: the agent refuses a request beyond its
+// bound without ending the connection.
+func TestOversizedRequestFailsAlone(t *testing.T) {
+	b := inProcessServer(t, nil)
+	r := NewReader(b)
+	go func() {
+		_ = WriteJSON(b, TypeHello, 0, Hello{Version: Version})
+		chunk := make([]byte, MaxPayload)
+		for range MaxStartRequest/MaxPayload + 1 {
+			_ = WriteFrame(b, Frame{Type: TypeStartPart, ID: 1, Payload: chunk})
+		}
+		_ = WriteFrame(b, Frame{Type: TypeStart, ID: 1, Payload: []byte("{}")})
+		_ = WriteJSON(b, TypeStart, 2, StartRequest{Args: []string{"true"}})
+		_ = WriteFrame(b, Frame{Type: TypeStdinEOF, ID: 2})
+	}()
+	var seen []string
+	for {
+		f, err := r.Next()
+		require.NoError(t, err)
+		seen = append(seen, fmt.Sprintf("%s:%d", f.Type, f.ID))
+		if f.Type == TypeExit {
+			break
+		}
+	}
+	assert.Equal(t, []string{"hello:0", "start-failed:1", "accepted:2", "started:2", "exit:2"}, seen)
 }

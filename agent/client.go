@@ -2,6 +2,8 @@ package agent
 
 import (
 	"context"
+	"crypto/hmac"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -33,9 +35,21 @@ type Client struct {
 	agentPid int
 }
 
-// NewClient performs the handshake on rw within timeout and starts
-// reading. The Client owns rw and closes it in Close.
-func NewClient(rw io.ReadWriteCloser, timeout time.Duration) (*Client, error) {
+// ClientOptions configure a connection to an agent.
+type ClientOptions struct {
+	// Timeout bounds the handshake.
+	Timeout time.Duration
+	// Key is the session key, when the connection crosses a place where a
+	// process in the session could stand in for the agent (the exec bridge
+	// of a remote Engine). The agent must prove it before anything else is
+	// sent, and the client proves it in turn. Nil for a connection whose
+	// peer the kernel vouched for.
+	Key []byte
+}
+
+// NewClient performs the handshake on rw and starts reading. The Client
+// owns rw and closes it in Close.
+func NewClient(rw io.ReadWriteCloser, o ClientOptions) (*Client, error) {
 	c := &Client{rw: rw, calls: map[uint32]*Call{}, closed: make(chan struct{})}
 	r := NewReader(rw)
 	type result struct {
@@ -43,34 +57,12 @@ func NewClient(rw io.ReadWriteCloser, timeout time.Duration) (*Client, error) {
 		err error
 	}
 	got := make(chan result, 1)
+	nonce := random(NonceSize)
 	go func() {
-		if err := c.write(func(w io.Writer) error { return WriteJSON(w, TypeHello, 0, Hello{Version: Version}) }); err != nil {
-			got <- result{err: err}
-			return
-		}
-		f, err := r.Next()
-		if err != nil {
-			got <- result{err: err}
-			return
-		}
-		var h Hello
-		if f.Type == TypeError {
-			var fe Fatal
-			_ = Decode(f, &fe)
-			got <- result{err: fmt.Errorf("%w: agent refused: %s", ErrProtocol, fe.Error)}
-			return
-		}
-		if f.Type != TypeHello {
-			got <- result{err: fmt.Errorf("%w: expected hello, got %s", ErrProtocol, f.Type)}
-			return
-		}
-		if err := Decode(f, &h); err != nil {
-			got <- result{err: err}
-			return
-		}
-		got <- result{h: h}
+		h, err := c.handshake(r, nonce, o.Key)
+		got <- result{h, err}
 	}()
-	t := time.NewTimer(timeout)
+	t := time.NewTimer(o.Timeout)
 	defer t.Stop()
 	select {
 	case res := <-got:
@@ -78,18 +70,51 @@ func NewClient(rw io.ReadWriteCloser, timeout time.Duration) (*Client, error) {
 			rw.Close()
 			return nil, fmt.Errorf("runbox/agent: handshake: %w", res.err)
 		}
-		if res.h.Version != Version {
-			rw.Close()
-			return nil, fmt.Errorf("%w: agent speaks version %d, want %d", ErrProtocol, res.h.Version, Version)
-		}
 		c.agentPid = res.h.Pid
 	case <-t.C:
 		rw.Close()
 		<-got
-		return nil, fmt.Errorf("runbox/agent: handshake: no answer within %s", timeout)
+		return nil, fmt.Errorf("runbox/agent: handshake: no answer within %s", o.Timeout)
 	}
 	go c.readLoop(r)
 	return c, nil
+}
+
+func (c *Client) handshake(r *Reader, nonce, key []byte) (Hello, error) {
+	if err := c.write(func(w io.Writer) error {
+		return WriteJSON(w, TypeHello, 0, Hello{Version: Version, Nonce: nonce})
+	}); err != nil {
+		return Hello{}, err
+	}
+	f, err := r.Next()
+	if err != nil {
+		return Hello{}, err
+	}
+	if f.Type == TypeError {
+		var fe Fatal
+		_ = Decode(f, &fe)
+		return Hello{}, fmt.Errorf("%w: agent refused: %s", ErrProtocol, fe.Error)
+	}
+	if f.Type != TypeHello {
+		return Hello{}, fmt.Errorf("%w: expected hello, got %s", ErrProtocol, f.Type)
+	}
+	var h Hello
+	if err := Decode(f, &h); err != nil {
+		return Hello{}, err
+	}
+	if h.Version != Version {
+		return Hello{}, fmt.Errorf("%w: agent speaks version %d, want %d", ErrProtocol, h.Version, Version)
+	}
+	if key == nil {
+		return h, nil
+	}
+	if len(h.Nonce) != NonceSize || !hmac.Equal(h.Proof, AgentProof(key, nonce, h.Nonce)) {
+		return Hello{}, fmt.Errorf("%w: the peer could not prove the session key: not the session's agent", ErrAuth)
+	}
+	err = c.write(func(w io.Writer) error {
+		return WriteJSON(w, TypeAuth, 0, Auth{Proof: ClientProof(key, nonce, h.Nonce)})
+	})
+	return h, err
 }
 
 // AgentPid is the agent's process ID in the session (1 when it is init).
@@ -237,11 +262,52 @@ func (c *Client) Start(req StartRequest) (*Call, error) {
 	call.ccond = sync.NewCond(&call.cmu)
 	c.calls[call.id] = call
 	c.mu.Unlock()
-	if err := c.sendJSON(TypeStart, call.id, req); err != nil {
+	if err := c.sendStart(call.id, req); err != nil {
 		call.Abandon()
 		return nil, err
 	}
 	return call, nil
+}
+
+// ErrTooLarge reports a command whose arguments and environment exceed
+// what Linux can exec; it was not sent.
+var ErrTooLarge = errors.New("runbox/agent: command too large to exec")
+
+// execMax is Linux's bound on the argument and environment strings of one
+// exec (three quarters of the 8 MiB default stack limit, whatever the
+// stack rlimit), counting each string's terminator and pointer.
+const execMax = 6 << 20
+
+// execSize is what the kernel counts for req's strings.
+func execSize(req StartRequest) int {
+	n := 0
+	for _, l := range [][]string{req.Args, req.Env} {
+		for _, s := range l {
+			n += len(s) + 1 + 8
+		}
+	}
+	return n
+}
+
+// sendStart sends a start request, in several frames when it is larger
+// than one frame may be.
+func (c *Client) sendStart(id uint32, req StartRequest) error {
+	if n := execSize(req); n > execMax {
+		return fmt.Errorf("%w: %d bytes of arguments and environment, Linux takes at most %d", ErrTooLarge, n, execMax)
+	}
+	b, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	return c.write(func(w io.Writer) error {
+		for len(b) > MaxPayload {
+			if err := WriteFrame(w, Frame{Type: TypeStartPart, ID: id, Payload: b[:MaxPayload]}); err != nil {
+				return err
+			}
+			b = b[MaxPayload:]
+		}
+		return WriteFrame(w, Frame{Type: TypeStart, ID: id, Payload: b})
+	})
 }
 
 // Events delivers the call's frames: accepted, started, start-failed,

@@ -24,8 +24,10 @@ import (
 	"net"
 )
 
-// Version is the protocol version this package speaks.
-const Version = 1
+// Version is the protocol version this package speaks. Version 2 added
+// authentication (Hello nonces and proofs, TypeAuth) and start requests
+// spread over several frames (TypeStartPart).
+const Version = 2
 
 // MaxPayload bounds one frame's payload.
 const MaxPayload = 1 << 20
@@ -53,11 +55,13 @@ const (
 	TypeExit                        // a→c: JSON Exit; the command is over
 	TypeError                       // a→c, id 0: JSON Fatal; the agent ends the connection
 	TypeStdinAck                    // a→c: JSON StdinAck; stdin bytes handed to the command
+	TypeAuth                        // c→a, id 0: JSON Auth, the client's proof of the session key
+	TypeStartPart                   // c→a: leading bytes of a start request too large for one frame
 	typeEnd                         // first invalid type
 )
 
 var typeNames = [...]string{"invalid", "hello", "start", "accepted", "started", "start-failed", "stdin",
-	"stdin-eof", "stdout", "stderr", "resize", "signal", "cancel", "exit", "error", "stdin-ack"}
+	"stdin-eof", "stdout", "stderr", "resize", "signal", "cancel", "exit", "error", "stdin-ack", "auth", "start-part"}
 
 // String returns the type's name.
 func (t Type) String() string {
@@ -82,7 +86,24 @@ type Hello struct {
 	Version int `json:"version"`
 	// Pid is the agent's process ID (in the session); 1 when it is init.
 	Pid int `json:"pid,omitempty"`
+	// Nonce is the sender's fresh challenge (NonceSize bytes).
+	Nonce []byte `json:"nonce,omitempty"`
+	// Proof is the agent's answer to the client's nonce when the session
+	// has a key: see AgentProof. Empty on a keyless connection.
+	Proof []byte `json:"proof,omitempty"`
 }
+
+// Auth is the client's answer to the agent's nonce: see ClientProof.
+type Auth struct {
+	Proof []byte `json:"proof"`
+}
+
+// MaxStartRequest bounds the encoded size of one start request, however
+// many frames carry it. It is well above what Linux can exec (argument and
+// environment strings together are capped at 6 MiB), so that only the
+// kernel decides what is too big to run, even when JSON escaping inflates
+// the strings.
+const MaxStartRequest = 48 << 20
 
 // StartRequest asks the agent to start a command.
 type StartRequest struct {

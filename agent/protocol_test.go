@@ -39,7 +39,7 @@ func TestMalformedFramesAreErrors(t *testing.T) {
 		return []byte{v, typ, 0, 0, 0, 1, byte(n >> 24), byte(n >> 16), byte(n >> 8), byte(n)}
 	}
 	cases := map[string][]byte{
-		"wrong version":     header(2, byte(TypeStdout), 0),
+		"wrong version":     header(Version+1, byte(TypeStdout), 0),
 		"unknown type":      header(Version, 200, 0),
 		"zero type":         header(Version, 0, 0),
 		"oversized":         header(Version, byte(TypeStdout), MaxPayload+1),

@@ -1,6 +1,9 @@
 package agent
 
 import (
+	"bytes"
+	"crypto/hmac"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,9 +12,12 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
+	"time"
+	"unsafe"
 
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
@@ -19,21 +25,33 @@ import (
 
 // Main runs the agent's command line and returns the exit status:
 //
-//	agent init --socket PATH -- PROCESS...   be PID 1: run PROCESS, serve commands
-//	agent connect --socket PATH              bridge stdin/stdout to the socket
+//	agent init --dial DIR -- PROCESS...
+//	    be PID 1: run PROCESS, and serve every caller that listens on a
+//	    socket created in DIR (a directory the session can only read)
+//	agent init --socket PATH --key-file FILE -- PROCESS...
+//	    be PID 1: run PROCESS, listen on PATH, and serve only callers that
+//	    prove the key read (and removed) from FILE
+//	agent connect --socket PATH
+//	    bridge stdin/stdout to the socket (a remote Engine's way in)
 func Main(args []string) int {
 	if len(args) == 0 {
 		fmt.Fprintln(os.Stderr, "runbox agent: want init or connect")
 		return 2
 	}
+	// Nothing in the session may read or trace the agent: without
+	// CAP_SYS_PTRACE even root there cannot open /proc/PID/{mem,environ,fd}
+	// of a process that is not dumpable.
+	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	fs := flag.NewFlagSet("agent "+args[0], flag.ContinueOnError)
 	socket := fs.String("socket", DefaultSocket, "unix socket path")
+	dial := fs.String("dial", "", "directory of caller sockets to dial")
+	keyFile := fs.String("key-file", "", "file holding the session key; removed once read")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
 	switch args[0] {
 	case "init":
-		return runInit(*socket, fs.Args())
+		return runInit(initOptions{socket: *socket, dial: *dial, keyFile: *keyFile}, fs.Args())
 	case "connect":
 		return runConnect(*socket)
 	}
@@ -60,17 +78,36 @@ func runConnect(socket string) int {
 	return 0
 }
 
+type initOptions struct {
+	socket, dial, keyFile string
+}
+
 // runInit is the agent as PID 1.
-func runInit(socket string, process []string) int {
+func runInit(o initOptions, process []string) int {
 	if len(process) == 0 {
 		fmt.Fprintln(os.Stderr, "runbox agent init: no lifetime process")
 		return 2
 	}
+	if (o.dial == "") == (o.keyFile == "") {
+		fmt.Fprintln(os.Stderr, "runbox agent init: want either --dial DIR or --key-file FILE")
+		return 2
+	}
+	// Threads first: a Go program that cannot create an OS thread dies, and
+	// commands may exhaust the session's pids limit later on.
+	prewarmThreads(agentThreads)
+
+	s := &server{waiters: map[int]chan unix.WaitStatus{}, oom: openOOMScore()}
+	if o.keyFile != "" {
+		key, err := takeKey(o.keyFile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "runbox agent init:", err)
+			return 1
+		}
+		s.key = key
+	}
 	// Orphans of commands become ours to reap even if we are not PID 1
 	// (for example under the Engine's own init).
 	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-
-	s := &server{waiters: map[int]chan unix.WaitStatus{}}
 	sigs := make(chan os.Signal, 32)
 	signal.Notify(sigs) // everything: SIGCHLD to reap, the rest to forward
 	lifetime, err := s.startLifetime(process)
@@ -78,13 +115,19 @@ func runInit(socket string, process []string) int {
 		fmt.Fprintln(os.Stderr, "runbox agent init:", err)
 		return 127
 	}
-	ln, err := listen(socket)
+	if o.dial != "" {
+		err = s.watch(o.dial)
+	} else {
+		var ln net.Listener
+		if ln, err = listen(o.socket); err == nil {
+			go s.serve(ln)
+		}
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "runbox agent init:", err)
 		_ = unix.Kill(-lifetime, unix.SIGKILL)
 		return 1
 	}
-	go s.serve(ln)
 
 	for sig := range sigs {
 		if sig == unix.SIGCHLD {
@@ -102,7 +145,53 @@ func runInit(socket string, process []string) int {
 	return 0
 }
 
-// DefaultSocket is where the agent listens inside a session.
+// takeKey reads the session key and removes its file, before any code of
+// the session runs: afterwards the key exists only in the agent's memory,
+// which nothing in the session can read.
+func takeKey(path string) ([]byte, error) {
+	key, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("session key: %w", err)
+	}
+	if err := os.Remove(path); err != nil {
+		return nil, fmt.Errorf("session key: cannot remove %s, refusing to serve: %w", path, err)
+	}
+	if len(key) != KeySize {
+		return nil, fmt.Errorf("session key: %d bytes, want %d", len(key), KeySize)
+	}
+	return key, nil
+}
+
+// agentThreads is how many OS threads the agent makes before it serves.
+// The Go runtime keeps idle threads and reuses them, so the agent needs no
+// new thread while the commands hold every pid the session may have.
+const agentThreads = 12
+
+// prewarmThreads makes the runtime start n threads now: n goroutines
+// locked to their threads and blocked at once need n of them. Unlocked,
+// the threads go idle and stay.
+func prewarmThreads(n int) {
+	var ready sync.WaitGroup
+	release := make(chan struct{})
+	var done sync.WaitGroup
+	for range n {
+		ready.Add(1)
+		done.Add(1)
+		go func() {
+			defer done.Done()
+			runtime.LockOSThread()
+			ready.Done()
+			<-release
+			runtime.UnlockOSThread()
+		}()
+	}
+	ready.Wait()
+	close(release)
+	done.Wait()
+}
+
+// DefaultSocket is where the agent listens inside a session reached
+// through a remote Engine.
 const DefaultSocket = "/dev/.runbox/run/agent.sock"
 
 func listen(path string) (net.Listener, error) {
@@ -114,9 +203,89 @@ func listen(path string) (net.Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	// The socket is reachable only by whoever can reach its directory.
+	// Anyone may connect: only a caller that proves the key is served.
 	_ = os.Chmod(path, 0o777)
 	return ln, nil
+}
+
+// watch serves callers on a local Engine. A caller creates a listening
+// socket named *.sock in dir, which the session sees read-only: nothing
+// in the session can create, rename or replace a file there, so a socket
+// that appears in it is the caller's. The agent dials each one once.
+func (s *server) watch(dir string) error {
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		return fmt.Errorf("inotify: %w", err)
+	}
+	if _, err := unix.InotifyAddWatch(fd, dir, unix.IN_CREATE|unix.IN_MOVED_TO|unix.IN_ONLYDIR); err != nil {
+		unix.Close(fd)
+		return fmt.Errorf("watching %s: %w", dir, err)
+	}
+	events := os.NewFile(uintptr(fd), "inotify") // non-blocking: the poller waits, not a thread
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		events.Close()
+		return err
+	}
+	for _, e := range ents {
+		s.dialCaller(dir, e.Name())
+	}
+	go func() {
+		buf := make([]byte, 64<<10)
+		for {
+			n, err := events.Read(buf)
+			if err != nil {
+				return
+			}
+			for off := 0; off+unix.SizeofInotifyEvent <= n; {
+				ev := (*unix.InotifyEvent)(unsafe.Pointer(&buf[off]))
+				nameStart := off + unix.SizeofInotifyEvent
+				name := strings.TrimRight(string(buf[nameStart:nameStart+int(ev.Len)]), "\x00")
+				off = nameStart + int(ev.Len)
+				s.dialCaller(dir, name)
+			}
+		}
+	}()
+	return nil
+}
+
+// dialCaller connects to a caller's socket and serves it, once the
+// kernel confirms that the listener is outside the session: a process of
+// the session's own pid namespace would show its pid there, a process
+// outside shows 0.
+func (s *server) dialCaller(dir, name string) {
+	if !strings.HasSuffix(name, ".sock") || strings.Contains(name, "/") {
+		return
+	}
+	go func() {
+		c, err := net.Dial("unix", filepath.Join(dir, name))
+		if err != nil {
+			return // gone already, or not for us
+		}
+		cred, err := peerCred(c.(*net.UnixConn))
+		if err != nil || cred.Pid != 0 {
+			c.Close()
+			return
+		}
+		s.handle(c)
+	}()
+}
+
+// peerCred returns the kernel's record of who is at the other end of c,
+// translated into this process's namespaces.
+func peerCred(c *net.UnixConn) (*unix.Ucred, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return nil, err
+	}
+	return cred, cerr
 }
 
 func exitStatus(st unix.WaitStatus) int {
@@ -129,6 +298,8 @@ func exitStatus(st unix.WaitStatus) int {
 type server struct {
 	mu      sync.Mutex // held across spawn+register so the reaper cannot miss a child
 	waiters map[int]chan unix.WaitStatus
+	key     []byte    // the session key every caller must prove; nil on a local Engine
+	oom     *oomScore // nil: commands keep the agent's OOM score
 }
 
 // startLifetime starts the session's own process with the agent's stdio.
@@ -194,6 +365,11 @@ type conn struct {
 	c    net.Conn
 	wmu  sync.Mutex
 	cmds sync.Map // uint32 -> *command
+
+	// Start requests still arriving in parts, and those that grew too
+	// large; only the connection's reading goroutine touches them.
+	parts    map[uint32][]byte
+	oversize map[uint32]bool
 }
 
 func (c *conn) send(f Frame) error {
@@ -208,8 +384,12 @@ func (c *conn) sendJSON(t Type, id uint32, v any) error {
 	return WriteJSON(c.c, t, id, v)
 }
 
+// handshakeTimeout bounds how long a caller may take to say hello and
+// prove itself.
+const handshakeTimeout = 10 * time.Second
+
 func (s *server) handle(nc net.Conn) {
-	c := &conn{s: s, c: nc}
+	c := &conn{s: s, c: nc, parts: map[uint32][]byte{}, oversize: map[uint32]bool{}}
 	defer func() {
 		// A client that is gone cannot collect results: its commands die.
 		c.cmds.Range(func(_, v any) bool {
@@ -219,19 +399,12 @@ func (s *server) handle(nc net.Conn) {
 		nc.Close()
 	}()
 	r := NewReader(nc)
-	f, err := r.Next()
-	if err != nil || f.Type != TypeHello {
-		_ = c.sendJSON(TypeError, 0, Fatal{Error: "expected hello"})
+	_ = nc.SetDeadline(time.Now().Add(handshakeTimeout))
+	if err := c.handshake(r); err != nil {
+		_ = c.sendJSON(TypeError, 0, Fatal{Error: err.Error()})
 		return
 	}
-	var h Hello
-	if err := Decode(f, &h); err != nil || h.Version != Version {
-		_ = c.sendJSON(TypeError, 0, Fatal{Error: fmt.Sprintf("unsupported protocol version %d", h.Version)})
-		return
-	}
-	if err := c.sendJSON(TypeHello, 0, Hello{Version: Version, Pid: os.Getpid()}); err != nil {
-		return
-	}
+	_ = nc.SetDeadline(time.Time{})
 	for {
 		f, err := r.Next()
 		if err != nil {
@@ -247,14 +420,75 @@ func (s *server) handle(nc net.Conn) {
 	}
 }
 
-func (c *conn) dispatch(f Frame) error {
-	if f.Type == TypeStart {
-		var req StartRequest
-		if err := Decode(f, &req); err != nil {
-			return err
+// handshake exchanges hellos and, when the session has a key, has the
+// client prove it after the agent proved it: no command is accepted from
+// a caller that did not.
+func (c *conn) handshake(r *Reader) error {
+	f, err := r.Next()
+	if err != nil || f.Type != TypeHello {
+		return errors.New("expected hello")
+	}
+	var h Hello
+	if err := Decode(f, &h); err != nil || h.Version != Version {
+		return fmt.Errorf("unsupported protocol version %d (this agent speaks %d)", h.Version, Version)
+	}
+	nonce := random(NonceSize)
+	reply := Hello{Version: Version, Pid: os.Getpid(), Nonce: nonce}
+	if c.s.key != nil {
+		if len(h.Nonce) != NonceSize {
+			return fmt.Errorf("%w: the client sent no nonce", ErrAuth)
 		}
+		reply.Proof = AgentProof(c.s.key, h.Nonce, nonce)
+	}
+	if err := c.sendJSON(TypeHello, 0, reply); err != nil {
+		return err
+	}
+	if c.s.key == nil {
+		return nil
+	}
+	f, err = r.Next()
+	if err != nil || f.Type != TypeAuth {
+		return fmt.Errorf("%w: expected the client's proof", ErrAuth)
+	}
+	var a Auth
+	if err := Decode(f, &a); err != nil || !hmac.Equal(a.Proof, ClientProof(c.s.key, h.Nonce, nonce)) {
+		return ErrAuth
+	}
+	return nil
+}
+
+func (c *conn) dispatch(f Frame) error {
+	switch f.Type {
+	case TypeStartPart:
+		if f.ID == 0 {
+			return fmt.Errorf("%w: start part for command id 0", ErrProtocol)
+		}
+		if !c.oversize[f.ID] {
+			if len(c.parts[f.ID])+len(f.Payload) > MaxStartRequest {
+				// The request fails, not the connection.
+				delete(c.parts, f.ID)
+				c.oversize[f.ID] = true
+			} else {
+				c.parts[f.ID] = append(c.parts[f.ID], f.Payload...)
+			}
+		}
+		return nil
+	case TypeStart:
 		if _, loaded := c.cmds.Load(f.ID); loaded || f.ID == 0 {
 			return fmt.Errorf("%w: command id %d reused", ErrProtocol, f.ID)
+		}
+		payload := f.Payload
+		if head, ok := c.parts[f.ID]; ok {
+			payload = append(head, payload...)
+			delete(c.parts, f.ID)
+		}
+		if c.oversize[f.ID] || len(payload) > MaxStartRequest {
+			delete(c.oversize, f.ID)
+			return c.sendJSON(TypeStartFailed, f.ID, StartFailed{Error: fmt.Sprintf("start request exceeds %d bytes", MaxStartRequest)})
+		}
+		var req StartRequest
+		if err := json.Unmarshal(payload, &req); err != nil {
+			return c.sendJSON(TypeStartFailed, f.ID, StartFailed{Error: "malformed start request: " + err.Error()})
 		}
 		if err := c.sendJSON(TypeAccepted, f.ID, struct{}{}); err != nil {
 			return err
@@ -442,14 +676,25 @@ func (c *conn) start(id uint32, req StartRequest) {
 	}
 
 	status := make(chan unix.WaitStatus, 1)
-	c.s.mu.Lock()
-	p, err := os.StartProcess(path, req.Args, &os.ProcAttr{Dir: req.Dir, Env: env, Files: childFiles, Sys: sys})
-	if err == nil {
-		cmd.pid = p.Pid
-		c.s.waiters[p.Pid] = status
-		_ = p.Release()
+	var p *os.Process
+	for deadline := time.Now().Add(forkRetry); ; {
+		c.s.mu.Lock()
+		c.s.oom.around(func() {
+			p, err = os.StartProcess(path, req.Args, &os.ProcAttr{Dir: req.Dir, Env: env, Files: childFiles, Sys: sys})
+		})
+		if err == nil {
+			cmd.pid = p.Pid
+			c.s.waiters[p.Pid] = status
+			_ = p.Release()
+		}
+		c.s.mu.Unlock()
+		// EAGAIN: the pids limit is full, perhaps of a killed command's
+		// processes that the reaper (which needs s.mu) is collecting.
+		if !errors.Is(err, unix.EAGAIN) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
-	c.s.mu.Unlock()
 	closeAll(uniq(childFiles))
 	if err != nil {
 		closeAll(parentEnds)
@@ -496,6 +741,61 @@ func (c *conn) start(id uint32, req StartRequest) {
 		}
 		_ = c.sendJSON(TypeExit, id, ex)
 	}()
+}
+
+// forkRetry is how long a start that found no free pid is retried.
+const forkRetry = 250 * time.Millisecond
+
+// commandOOMScore is the oom_score_adj of every command: the highest, so
+// that when the session runs out of memory the kernel kills commands
+// before the agent (and before the lifetime process, which keeps its own).
+const commandOOMScore = "1000"
+
+// oomScore lends commands a higher OOM score than the agent's. A child
+// inherits its parent's score at fork, so the agent raises its own just
+// for the spawn and lowers it again: raising needs no privilege, and
+// lowering back to a value the Engine set does not either. Writing the
+// child's score after the spawn instead would leave whatever the child
+// forks first at the agent's score.
+type oomScore struct {
+	f    *os.File // /proc/self/oom_score_adj, kept open
+	base []byte   // the agent's own score
+}
+
+// openOOMScore returns nil when the score cannot be managed; commands
+// then share the agent's score.
+func openOOMScore() *oomScore {
+	base, err := os.ReadFile("/proc/self/oom_score_adj")
+	if err != nil {
+		return nil
+	}
+	f, err := os.OpenFile("/proc/self/oom_score_adj", os.O_WRONLY, 0)
+	if err != nil {
+		return nil
+	}
+	o := &oomScore{f: f, base: bytes.TrimSpace(base)}
+	if !o.set([]byte(commandOOMScore)) || !o.set(o.base) {
+		f.Close()
+		return nil
+	}
+	return o
+}
+
+func (o *oomScore) set(v []byte) bool {
+	_, err := o.f.WriteAt(v, 0)
+	return err == nil
+}
+
+// around runs spawn with the commands' score. The caller serializes.
+func (o *oomScore) around(spawn func()) {
+	if o == nil || !o.set([]byte(commandOOMScore)) {
+		spawn()
+		return
+	}
+	spawn()
+	if !o.set(o.base) {
+		fmt.Fprintln(os.Stderr, "runbox agent: cannot restore the agent's OOM score")
+	}
 }
 
 // pumpBuffers recycles output buffers: two per command would otherwise be

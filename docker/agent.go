@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"debug/elf"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -39,7 +40,15 @@ const (
 	agentInPath   = reservedDir + "/bin/runbox"
 	agentRunDir   = reservedDir + "/run"
 	agentSockPath = agentRunDir + "/agent.sock"
+	agentKeyPath  = agentRunDir + "/key"
 )
+
+// LabelAgentKey holds the session key of a session reached through a
+// remote Engine (hex), so that another process of the caller's can
+// authenticate the agent too. Only those who can inspect the container
+// read it, and they can exec into the session as root anyway; nothing in
+// the session can read a label. Snapshots blank it.
+const LabelAgentKey = "dev.runbox.agent-key"
 
 // agentMode says whether and how sessions get an agent.
 type agentMode int
@@ -120,7 +129,8 @@ type agentPlan struct {
 	binary   string   // host path of the agent
 	lifetime []string // the lifetime process the agent starts
 	local    bool     // bind mounts and a host socket, rather than a copy and an exec
-	runDir   string   // host directory bound at agentRunDir (local only)
+	runDir   string   // host directory whose run/ is bound at agentRunDir (local only)
+	key      []byte   // the session key (remote only)
 }
 
 // planAgent decides whether spec's session gets an agent. It returns nil
@@ -167,25 +177,34 @@ func (e *Executor) planAgent(ctx context.Context, spec runbox.Spec) (*agentPlan,
 }
 
 // apply wraps the lifetime process in the agent and adds the reserved
-// path's mounts.
+// path's mounts. The agent is the session's init, so the Engine's own init
+// is not added.
 func (p *agentPlan) apply(cfg *container.Config, hc *container.HostConfig) error {
-	cfg.Entrypoint = append([]string{agentInPath, "agent", "init", "--socket", agentSockPath, "--"}, p.lifetime...)
-	cfg.Cmd = nil
+	hc.Init = nil
 	if !p.local {
-		// An anonymous volume: filled by CopyToContainer before start,
-		// removed with the container, never committed.
+		// The agent listens inside the session and serves only callers that
+		// prove the key, which it takes from an anonymous volume filled by
+		// CopyToContainer before start (removed with the container, never
+		// committed).
+		p.key = agent.NewKey()
+		cfg.Entrypoint = append([]string{agentInPath, "agent", "init", "--socket", agentSockPath, "--key-file", agentKeyPath, "--"}, p.lifetime...)
+		cfg.Cmd = nil
+		cfg.Labels[LabelAgentKey] = hex.EncodeToString(p.key)
 		hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeVolume, Target: reservedDir})
 		return nil
 	}
+	cfg.Entrypoint = append([]string{agentInPath, "agent", "init", "--dial", agentRunDir, "--"}, p.lifetime...)
+	cfg.Cmd = nil
 	dir, err := os.MkdirTemp("", "runbox-agent-")
 	if err != nil {
 		return err
 	}
-	// The parent stays owner-only on the host; the bound directory is open
-	// so that an agent running as any user in the session can listen.
+	// Callers put their listening sockets in run/. The session sees it
+	// read-only, so nothing there can create, rename or replace a socket;
+	// it must still read the directory and connect, whatever its user.
 	run := filepath.Join(dir, "run")
-	if err := os.Mkdir(run, 0o777); err == nil {
-		err = os.Chmod(run, 0o777)
+	if err := os.Mkdir(run, 0o755); err == nil {
+		err = os.Chmod(run, 0o755)
 	}
 	if err != nil {
 		os.RemoveAll(dir)
@@ -194,12 +213,31 @@ func (p *agentPlan) apply(cfg *container.Config, hc *container.HostConfig) error
 	p.runDir = dir
 	hc.Mounts = append(hc.Mounts,
 		mount.Mount{Type: mount.TypeBind, Source: p.binary, Target: agentInPath, ReadOnly: true},
-		mount.Mount{Type: mount.TypeBind, Source: run, Target: agentRunDir},
+		mount.Mount{Type: mount.TypeBind, Source: run, Target: agentRunDir, ReadOnly: true},
 	)
 	return nil
 }
 
-// deliver copies the agent into a remote Engine's volume before start.
+// parseAgentEntrypoint recognizes a session container's agent entrypoint
+// and returns the lifetime process and, for a remote Engine's session,
+// whether it listens with a key.
+func parseAgentEntrypoint(ep []string) (lifetime []string, keyed, ok bool) {
+	if len(ep) < 4 || ep[0] != agentInPath || ep[1] != "agent" || ep[2] != "init" {
+		return nil, false, false
+	}
+	for i, a := range ep[3:] {
+		switch a {
+		case "--key-file":
+			keyed = true
+		case "--":
+			return ep[3+i+1:], keyed, true
+		}
+	}
+	return nil, false, false
+}
+
+// deliver copies the agent and the session key into a remote Engine's
+// volume before start.
 func (e *Executor) deliver(ctx context.Context, id string, p *agentPlan) error {
 	if p.local {
 		return nil
@@ -210,18 +248,24 @@ func (e *Executor) deliver(ctx context.Context, id string, p *agentPlan) error {
 	}
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
-	hdrs := []*tar.Header{
-		{Typeflag: tar.TypeDir, Name: "bin/", Mode: 0o755},
-		{Typeflag: tar.TypeDir, Name: "run/", Mode: 0o777},
-		{Typeflag: tar.TypeReg, Name: "bin/runbox", Mode: 0o755, Size: int64(len(bin))},
+	files := []struct {
+		hdr  tar.Header
+		body []byte
+	}{
+		{tar.Header{Typeflag: tar.TypeDir, Name: "bin/", Mode: 0o755}, nil},
+		{tar.Header{Typeflag: tar.TypeDir, Name: "run/", Mode: 0o777}, nil},
+		{tar.Header{Typeflag: tar.TypeReg, Name: "bin/runbox", Mode: 0o755, Size: int64(len(bin))}, bin},
+		// Readable by the agent whatever the session's user; the agent
+		// removes it before any other process of the session starts.
+		{tar.Header{Typeflag: tar.TypeReg, Name: "run/key", Mode: 0o444, Size: int64(len(p.key))}, p.key},
 	}
-	for _, h := range hdrs {
-		if err := tw.WriteHeader(h); err != nil {
+	for _, f := range files {
+		if err := tw.WriteHeader(&f.hdr); err != nil {
 			return err
 		}
-	}
-	if _, err := tw.Write(bin); err != nil {
-		return err
+		if _, err := tw.Write(f.body); err != nil {
+			return err
+		}
 	}
 	if err := tw.Close(); err != nil {
 		return err
@@ -233,34 +277,41 @@ func (e *Executor) deliver(ctx context.Context, id string, p *agentPlan) error {
 	return nil
 }
 
-// connectAgent reaches the started agent: through its socket in the host
-// directory for a local Engine, or through an exec of `runbox agent
-// connect` otherwise. It retries while the agent is starting.
+// connectAgent reaches the started agent. With a local Engine the caller
+// listens on a socket in the agent's read-only directory and the agent
+// dials it; the kernel then vouches for both ends (see acceptAgent). With
+// a remote Engine it execs `runbox agent connect` and both ends prove the
+// session key. It retries while the agent is starting.
 func (e *Executor) connectAgent(ctx context.Context, s *Session, p *agentPlan) (*agent.Client, error) {
 	ctx, cancel := context.WithTimeout(ctx, e.agentTimeout)
 	defer cancel()
-	// A local attempt is one failed dial and costs nothing, so poll often:
-	// the agent listens a few milliseconds after the container starts.
-	// A remote attempt is an exec through the Engine, so back off.
-	delay, maxDelay := 2*time.Millisecond, 2*time.Millisecond
-	if !p.local {
-		delay, maxDelay = 10*time.Millisecond, 200*time.Millisecond
+	if p.local {
+		rw, err := e.acceptAgent(ctx, s, p)
+		if err != nil {
+			return nil, err
+		}
+		c, err := agent.NewClient(rw, agent.ClientOptions{Timeout: e.agentTimeout})
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrAgentUnavailable, err)
+		}
+		return c, nil
 	}
+	// A remote attempt is an exec through the Engine, so back off.
+	delay, maxDelay := 10*time.Millisecond, 200*time.Millisecond
 	var last error
 	lastCheck := time.Now()
 	for {
-		var rw io.ReadWriteCloser
-		var err error
-		if p.local {
-			rw, err = net.Dial("unix", filepath.Join(p.runDir, "run", "agent.sock"))
-		} else {
-			rw, err = e.execBridge(ctx, s.id)
-		}
+		rw, err := e.execBridge(ctx, s.id)
 		if err == nil {
 			var c *agent.Client
-			c, err = agent.NewClient(rw, e.agentTimeout)
+			c, err = agent.NewClient(rw, agent.ClientOptions{Timeout: e.agentTimeout, Key: p.key})
 			if err == nil {
 				return c, nil
+			}
+			if errors.Is(err, agent.ErrAuth) {
+				// Something in the session answers in the agent's place.
+				// Retrying would only hand it more chances.
+				return nil, fmt.Errorf("%w: %w", ErrAgentUnavailable, err)
 			}
 		}
 		last = err
@@ -283,6 +334,99 @@ func (e *Executor) connectAgent(ctx context.Context, s *Session, p *agentPlan) (
 		}
 		delay = min(delay*2, maxDelay)
 	}
+}
+
+// acceptAgent offers the agent a fresh socket and returns the connection
+// of the session's init process. The kernel reports the pid of whoever
+// connects; the Engine reports the pid of the session's init. Anything
+// else in the session may connect too, and is dropped.
+func (e *Executor) acceptAgent(ctx context.Context, s *Session, p *agentPlan) (net.Conn, error) {
+	ln, cleanup, err := offerSocket(filepath.Join(p.runDir, "run"))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrAgentUnavailable, err)
+	}
+	defer cleanup()
+	initPid := 0
+	var refused []int
+	for {
+		// Short slices, so that a session whose lifetime process ended is
+		// noticed and ctx is honoured.
+		_ = ln.SetDeadline(time.Now().Add(50 * time.Millisecond))
+		c, err := ln.AcceptUnix()
+		if err == nil {
+			pid, cerr := peerPid(c)
+			if cerr == nil && initPid == 0 {
+				initPid, cerr = s.initPid(context.WithoutCancel(ctx))
+			}
+			if cerr != nil {
+				c.Close()
+				return nil, cerr
+			}
+			if pid == initPid {
+				return c, nil
+			}
+			refused = append(refused, pid)
+			c.Close()
+			continue
+		}
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			return nil, fmt.Errorf("%w: %w", ErrAgentUnavailable, err)
+		}
+		if rerr := s.checkRunning(context.WithoutCancel(ctx)); rerr != nil {
+			return nil, rerr
+		}
+		if ctx.Err() != nil {
+			msg := "the agent did not connect"
+			if len(refused) > 0 {
+				msg += fmt.Sprintf(" (refused pids %v: not the session's init %d; is this process in the Engine's pid namespace?)", refused, initPid)
+			}
+			return nil, fmt.Errorf("%w: %s", ErrAgentUnavailable, msg)
+		}
+	}
+}
+
+// offerSocket listens on a new socket in dir. The socket gets its final
+// name (*.sock, which the agent watches for) only once it listens, so the
+// agent never dials a socket that is not ready.
+func offerSocket(dir string) (*net.UnixListener, func(), error) {
+	name := hex.EncodeToString(agent.NewKey()[:12])
+	tmp := filepath.Join(dir, "."+name)
+	final := filepath.Join(dir, name+".sock")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: tmp, Net: "unix"})
+	if err != nil {
+		return nil, nil, err
+	}
+	ln.SetUnlinkOnClose(false)
+	cleanup := func() {
+		ln.Close()
+		os.Remove(tmp)
+		os.Remove(final)
+	}
+	// Connecting needs write permission on the socket, and the agent runs
+	// as the session's user, whoever that is.
+	if err := os.Chmod(tmp, 0o777); err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	if err := os.Rename(tmp, final); err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	return ln, cleanup, nil
+}
+
+// initPid asks the Engine for the host pid of the session's init process:
+// the agent.
+func (s *Session) initPid(ctx context.Context) (int, error) {
+	res, err := s.e.cli.ContainerInspect(ctx, s.id, client.ContainerInspectOptions{})
+	if err != nil {
+		return 0, engineErr(err)
+	}
+	st := res.Container.State
+	if st == nil || !st.Running || st.Pid == 0 {
+		return 0, s.checkRunning(ctx)
+	}
+	return st.Pid, nil
 }
 
 // execBridge opens a connection to the agent through the Engine: an exec
@@ -355,12 +499,18 @@ func (s *Session) runAgent(ctx context.Context, cmd runbox.Command, streams runb
 		}()
 		opts.Resize = sizes
 	}
-	ex, err := s.agent.Run(ctx, req, opts)
+	conn, err := s.agentConn(ctx)
+	if err != nil {
+		return runbox.Result{}, err
+	}
+	ex, err := conn.Run(ctx, req, opts)
 	if err == nil {
 		return runbox.Result{ExitCode: ex.Code, Signal: ex.Signal}, nil
 	}
 	var se *agent.StartError
 	switch {
+	case errors.Is(err, agent.ErrTooLarge):
+		return runbox.Result{}, fmt.Errorf("%w: %w", runbox.ErrInvalidCommand, err)
 	case errors.As(err, &se):
 		return runbox.Result{}, fmt.Errorf("%w: %s", runbox.ErrStart, se.Message)
 	case ctx.Err() != nil:
@@ -372,4 +522,32 @@ func (s *Session) runAgent(ctx context.Context, cmd runbox.Command, streams runb
 		return runbox.Result{}, fmt.Errorf("%w: %w", runbox.ErrTransport, err)
 	}
 	return runbox.Result{}, err
+}
+
+// agentConn returns the connection to the session's agent. When the last
+// one was lost (a proxy dropped it, the Engine restarted) while the
+// session still runs, it connects again; the agent has already killed the
+// commands of the lost connection.
+func (s *Session) agentConn(ctx context.Context) (*agent.Client, error) {
+	s.agentMu.Lock()
+	defer s.agentMu.Unlock()
+	if c := s.agent; c != nil {
+		select {
+		case <-c.Done():
+		default:
+			return c, nil
+		}
+	}
+	if err := s.checkRunning(ctx); err != nil {
+		return nil, err
+	}
+	c, err := s.e.connectAgent(ctx, s, s.plan)
+	if err != nil {
+		if errors.Is(err, runbox.ErrSessionEnded) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: connecting to the agent: %w", runbox.ErrTransport, err)
+	}
+	s.agent = c
+	return c, nil
 }

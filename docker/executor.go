@@ -167,7 +167,9 @@ func New(opts ...Option) (*Executor, error) {
 		}
 		e.cli, e.ownsClient = cli, true
 	}
-	e.localEngine = strings.HasPrefix(e.cli.DaemonHost(), "unix://")
+	// Local means: bind mounts reach the Engine's host and the kernel can
+	// vouch for the agent's pid (see acceptAgent).
+	e.localEngine = strings.HasPrefix(e.cli.DaemonHost(), "unix://") && peerVerifiable
 	if c.localEngine != nil {
 		e.localEngine = *c.localEngine
 	}

@@ -2,6 +2,7 @@ package docker
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
 	"path/filepath"
 	"regexp"
@@ -14,6 +15,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/agent"
 )
 
 // fullIDPattern matches a complete container ID.
@@ -144,16 +146,25 @@ func (e *Executor) Session(ctx context.Context, ref string) (*Session, error) {
 		spec.Network = runbox.NetworkPolicy(hc.NetworkMode)
 	}
 	s := &Session{e: e, id: res.Container.ID, spec: spec}
-	if ep := spec.Process; len(ep) >= 6 && ep[0] == agentInPath && ep[5] == "--" {
+	if lifetime, keyed, ok := parseAgentEntrypoint(spec.Process); ok {
 		// A session with an agent: connect to it as Open did.
-		plan := &agentPlan{lifetime: ep[6:]}
+		plan := &agentPlan{lifetime: lifetime}
 		for _, m := range res.Container.Mounts {
 			if m.Destination == agentRunDir && m.Type == "bind" {
 				plan.local, plan.runDir = true, filepath.Dir(m.Source)
 			}
 		}
+		if keyed {
+			key, err := hex.DecodeString(cfg.Labels[LabelAgentKey])
+			if err != nil || len(key) != agent.KeySize {
+				return nil, fmt.Errorf("%w: session %s has no valid agent key label", ErrAgentUnavailable, shortID(id))
+			}
+			plan.key = key
+		}
 		if plan.local && !e.localEngine {
-			plan.local, plan.runDir = false, ""
+			// A local session seen through a remote connection: its agent
+			// serves only callers on its own host.
+			return nil, fmt.Errorf("%w: session %s serves callers on the Engine's host only", ErrAgentUnavailable, shortID(id))
 		}
 		s.spec.Process, s.plan = plan.lifetime, plan
 		if res.Container.State != nil && res.Container.State.Running {

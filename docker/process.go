@@ -63,7 +63,7 @@ func (s *Session) Start(ctx context.Context, cmd runbox.Command) (*Process, erro
 	if err := cmd.Validate(); err != nil {
 		return nil, err
 	}
-	if s.agent == nil {
+	if s.plan == nil {
 		return nil, fmt.Errorf("%w: streaming processes need the session's agent", runbox.ErrUnsupported)
 	}
 	if ctx.Err() != nil {
@@ -76,7 +76,11 @@ func (s *Session) Start(ctx context.Context, cmd runbox.Command) (*Process, erro
 		s.mu.unlock()
 		return nil, runbox.ErrSessionClosed
 	}
-	conn := s.agent
+	conn, err := s.agentConn(ctx)
+	if err != nil {
+		s.mu.unlock()
+		return nil, err
+	}
 	call, err := conn.Start(agent.StartRequest{Args: cmd.Args, Env: cmd.Env, CleanEnv: cmd.CleanEnv, Dir: cmd.Dir,
 		TTY: cmd.TTY, Rows: cmd.TermSize.Rows, Cols: cmd.TermSize.Cols})
 	if err != nil {
