@@ -551,3 +551,48 @@ func (s *Session) agentConn(ctx context.Context) (*agent.Client, error) {
 	s.agent = c
 	return c, nil
 }
+
+// AgentAuth says how a session's caller and its agent know each other, and
+// so what the code under test, running as root beside the agent, can do
+// to the commands the caller runs. docs/docker.md has the threat model.
+type AgentAuth int
+
+const (
+	// AgentAuthNone: no agent; commands go through plain Engine exec.
+	AgentAuthNone AgentAuth = iota
+	// AgentAuthKernel: a local Engine. The kernel names both ends of the
+	// connection and nothing in the session can reach or replace the
+	// socket or read the agent, so no process in the session can issue a
+	// command, forge a result or see a command's environment.
+	AgentAuthKernel
+	// AgentAuthKey: a remote Engine. Both ends prove the session key
+	// before any command is sent, so a process in the session cannot issue
+	// commands or pass for the agent on a new connection. The connection
+	// itself runs through `runbox agent connect` inside the session, whose
+	// binary root there can replace: root in the session can read and
+	// alter the traffic of connections made after it did so.
+	AgentAuthKey
+)
+
+// String returns "none", "kernel" or "key".
+func (a AgentAuth) String() string {
+	switch a {
+	case AgentAuthKernel:
+		return "kernel"
+	case AgentAuthKey:
+		return "key"
+	}
+	return "none"
+}
+
+// AgentAuth reports how this session's caller and agent authenticate each
+// other.
+func (s *Session) AgentAuth() AgentAuth {
+	switch {
+	case s.plan == nil:
+		return AgentAuthNone
+	case s.plan.local:
+		return AgentAuthKernel
+	}
+	return AgentAuthKey
+}

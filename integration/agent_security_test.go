@@ -82,9 +82,9 @@ func assertNoMarkers(t *testing.T, s runbox.Session) {
 	assert.NotContains(t, o.stdout, "pwned", "a process in the session had the agent run a command")
 }
 
-func testAgentRefusesSessionPeers(t *testing.T, e *docker.Executor) {
+func testAgentRefusesSessionPeers(t *testing.T, e *docker.Executor, auth docker.AgentAuth) {
 	s := open(t, e, hostileSpec(t))
-	require.True(t, s.(*docker.Session).Agent())
+	require.Equal(t, auth, s.(*docker.Session).AgentAuth())
 	for _, who := range []string{"root", "nobody"} {
 		prefix := ""
 		if who == "nobody" {
@@ -108,11 +108,11 @@ func testAgentRefusesSessionPeers(t *testing.T, e *docker.Executor) {
 // TestAgentRefusesSessionPeers: no process in the session, root or not,
 // can have the agent run anything.
 func TestAgentRefusesSessionPeers(t *testing.T) {
-	testAgentRefusesSessionPeers(t, agentExecutor(t))
+	testAgentRefusesSessionPeers(t, agentExecutor(t), docker.AgentAuthKernel)
 }
 
 func TestAgentRefusesSessionPeersRemote(t *testing.T) {
-	testAgentRefusesSessionPeers(t, agentExecutor(t, docker.WithHost(tcpProxy(t))))
+	testAgentRefusesSessionPeers(t, agentExecutor(t, docker.WithHost(tcpProxy(t))), docker.AgentAuthKey)
 }
 
 // startImpostor runs the toolkit's impostor in the background of s and
@@ -214,4 +214,64 @@ func TestAgentSessionUser(t *testing.T) {
 	o = run(t, s, argv(hostilePath, "drive", "/tmp/pwned-user"))
 	require.NoError(t, o.err)
 	assertNoMarkers(t, s)
+}
+
+// TestAgentGivesCommandsOnlyTheirStreams: a command, with or without a
+// terminal, and the lifetime process start with descriptors 0, 1 and 2
+// only; none of the agent's own (its connection, its watch) reaches them.
+func TestAgentGivesCommandsOnlyTheirStreams(t *testing.T) {
+	e := agentExecutor(t)
+	s := open(t, e, hostileSpec(t))
+	// ls lists its own descriptors: 3 is the directory it reads them from.
+	list := []string{"ls", "/proc/self/fd"}
+	o := run(t, s, runbox.Command{Args: list})
+	require.NoError(t, o.err)
+	assert.Equal(t, "0\n1\n2\n3\n", o.stdout)
+
+	o = run(t, s, runbox.Command{Args: list, TTY: true})
+	require.NoError(t, o.err)
+	assert.Equal(t, "0  1  2  3\r\n", o.stdout)
+
+	o = run(t, s, runbox.ShellCommand(`ls /proc/$(pidof sleep)/fd >/tmp/fds; echo $(cat /tmp/fds)`))
+	require.NoError(t, o.err)
+	assert.Equal(t, "0 1 2\n", o.stdout, "the lifetime process")
+}
+
+// TestAgentLargeCommands: a command as large as Linux can exec runs
+// through the agent; a larger one fails on its own (ErrStart when the
+// kernel refuses it, ErrInvalidCommand when it cannot be exec'd at all),
+// and the session stays usable.
+func TestAgentLargeCommands(t *testing.T) {
+	e := agentExecutor(t)
+	s := open(t, e, baseSpec())
+	args := func(n int) []string {
+		a := []string{"sh", "-c", `echo $#`, "sh"}
+		for range n {
+			a = append(a, "0123456789abcdef")
+		}
+		return a
+	}
+	o := run(t, s, runbox.Command{Args: args(60_000)})
+	require.NoError(t, o.err, "1 MiB of arguments, more than one frame")
+	assert.Equal(t, "60000\n", o.stdout)
+
+	o = run(t, s, runbox.Command{Args: []string{"sh", "-c", `echo ${#BIG}`}, Env: []string{"BIG=" + strings.Repeat("x", 100_000)}})
+	require.NoError(t, o.err)
+	assert.Equal(t, "100000\n", o.stdout)
+
+	for name, cmd := range map[string]runbox.Command{
+		"1 MiB variable":          {Args: []string{"true"}, Env: []string{"BIG=" + strings.Repeat("x", 1<<20)}},
+		"100 000 arguments of 16": {Args: args(100_000)},
+	} {
+		o := run(t, s, cmd)
+		require.ErrorIs(t, o.err, runbox.ErrStart, name)
+		assert.Contains(t, o.err.Error(), "argument list too long", name)
+		assert.Equal(t, -1, o.res.ExitCode)
+	}
+	o = run(t, s, runbox.Command{Args: []string{"true"}, Env: []string{"BIG=" + strings.Repeat("x", 7<<20)}})
+	require.ErrorIs(t, o.err, runbox.ErrInvalidCommand)
+
+	o = run(t, s, argv("echo", "usable"))
+	require.NoError(t, o.err)
+	assert.Equal(t, "usable\n", o.stdout)
 }

@@ -254,19 +254,31 @@ func TestAgentFallbackAndRequired(t *testing.T) {
 // tcpProxy exposes the local Engine on 127.0.0.1 over TCP, as a remote
 // Engine would be reached: no shared filesystem is assumed.
 func tcpProxy(t *testing.T) string {
+	addr, _ := droppableProxy(t)
+	return addr
+}
+
+// droppableProxy is a TCP proxy to the local Engine, standing in for a
+// remote one; drop cuts every connection open through it, as a restarted
+// Engine or a proxy's idle timeout would.
+func droppableProxy(t *testing.T) (addr string, drop func()) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var conns []net.Conn
-	t.Cleanup(func() {
-		ln.Close()
+	drop = func() {
 		mu.Lock()
 		for _, c := range conns {
 			c.Close()
 		}
+		conns = nil
 		mu.Unlock()
+	}
+	t.Cleanup(func() {
+		ln.Close()
+		drop()
 		wg.Wait()
 	})
 	wg.Add(1)
@@ -290,7 +302,41 @@ func tcpProxy(t *testing.T) string {
 			go func() { defer wg.Done(); _, _ = io.Copy(c, u); _ = c.(*net.TCPConn).CloseWrite() }()
 		}
 	}()
-	return "tcp://" + ln.Addr().String()
+	return "tcp://" + ln.Addr().String(), drop
+}
+
+// TestAgentReconnects: when the connection to a running agent breaks, the
+// command in flight fails with ErrTransport and is killed by the agent,
+// and the next call connects again.
+func TestAgentReconnects(t *testing.T) {
+	addr, drop := droppableProxy(t)
+	e := agentExecutor(t, docker.WithHost(addr))
+	s := open(t, e, baseSpec())
+	errc := make(chan error, 1)
+	var out syncBuffer
+	go func() {
+		_, err := s.Run(context.Background(), runbox.ShellCommand("echo started; exec sleep 1005"), runbox.Streams{Stdout: &out})
+		errc <- err
+	}()
+	require.Eventually(t, func() bool { return out.String() != "" }, time.Minute, 10*time.Millisecond)
+	drop()
+	select {
+	case err := <-errc:
+		require.ErrorIs(t, err, runbox.ErrTransport)
+	case <-time.After(30 * time.Second):
+		t.Fatal("a Run on a dropped connection did not fail")
+	}
+	for range 3 {
+		o := run(t, s, runbox.ShellCommand("echo again; exit 4"))
+		require.NoError(t, o.err, "a later call connects again")
+		assert.Equal(t, runbox.Result{ExitCode: 4}, o.res)
+		assert.Equal(t, "again\n", o.stdout)
+	}
+	require.Eventually(t, func() bool {
+		top, err := e.Client().ContainerTop(context.Background(), s.ID(), client.ContainerTopOptions{})
+		require.NoError(t, err)
+		return !topHas(top, "sleep 1005")
+	}, 30*time.Second, 50*time.Millisecond, "the command of the lost connection still runs")
 }
 
 func TestAgentOnRemoteStyleEngine(t *testing.T) {
