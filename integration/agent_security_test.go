@@ -275,3 +275,18 @@ func TestAgentLargeCommands(t *testing.T) {
 	require.NoError(t, o.err)
 	assert.Equal(t, "usable\n", o.stdout)
 }
+
+// TestAgentCannotBeKilledFromInside: root in the session cannot kill or
+// stop the agent; the session keeps serving.
+func TestAgentCannotBeKilledFromInside(t *testing.T) {
+	e := agentExecutor(t)
+	s := open(t, e, baseSpec())
+	o := run(t, s, runbox.ShellCommand(`pid=$(pidof runbox | tr ' ' '\n' | sort -n | head -1); echo $pid; kill -KILL $pid; kill -STOP $pid; true`))
+	require.NoError(t, o.err)
+	assert.Equal(t, "1\n", o.stdout, "the agent is PID 1")
+	for range 3 {
+		o = run(t, s, argv("echo", "alive"))
+		require.NoError(t, o.err)
+		assert.Equal(t, "alive\n", o.stdout)
+	}
+}
