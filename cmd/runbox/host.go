@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -45,6 +47,12 @@ everything, --clean-env only the -e entries. Stdin is passed through.
 --output-limit stops the command once stdout and stderr together exceed
 the limit (exit status 125).
 
+--cache go gives a build what it needs and no more: the Go module cache
+and toolchain read-only, a build cache of the working directory's own
+(under your cache directory, kept between runs, never your own build
+cache, which a confined build could otherwise plant results in), and
+GOPROXY=off, so modules come from the module cache and never the network.
+
 --memory, --pids and --cpus limit the command's whole tree through the
 kernel's cgroups. A host that cannot enforce a limit given here refuses to
 run (the cgroup controllers must be delegated to runbox's cgroup, or
@@ -69,6 +77,7 @@ when the command did not complete (then "error" holds the reason). Keys
 are only ever added. stdout stays the command's own.`,
 		Example: `  runbox host -- git status
   runbox host --timeout 10m -w ./src -- make test
+  runbox host --cache go --timeout 5m -- go test ./...
   runbox host --write ~/.cache/go-build --network -- go test ./...
   runbox host --json -- make
   runbox host --unconfined -- ./deploy.sh
@@ -100,10 +109,21 @@ are only ever added. stdout stays the command's own.`,
 		if inherit {
 			opts = append(opts, host.WithInheritEnv())
 		}
+		caches, err := hf.toolchainCaches(c.Dir)
+		if err != nil {
+			return err
+		}
+		for _, tc := range caches {
+			// The command's own -e entries come last, and win.
+			c.Env = append(slices.Clone(tc.Env), c.Env...)
+		}
 		if !hf.unconfined {
 			p, err := hf.policy(c.Dir)
 			if err != nil {
 				return err
+			}
+			for _, tc := range caches {
+				p.WritableRoots = append(p.WritableRoots, tc.Writable...)
 			}
 			opts = append(opts, host.WithPolicy(p))
 		} else if len(hf.write) > 0 || hf.network || hf.limited() {
@@ -171,6 +191,7 @@ are only ever added. stdout stays the command's own.`,
 	cmd.Flags().BoolVar(&hf.network, "network", false, "give the command network access")
 	cmd.Flags().BoolVar(&hf.unconfined, "unconfined", false, "run without a sandbox, with your user's full authority")
 	cmd.Flags().BoolVar(&hf.json, "json", false, "write a JSON report of the enforced guarantees as the last line of stderr")
+	cmd.Flags().StringArrayVar(&hf.caches, "cache", nil, "give the command a toolchain's caches: read-only shared ones, a writable one of its own, no network for them (presets: "+strings.Join(host.CachePresets, ", ")+"; repeatable)")
 	cmd.Flags().StringVar(&hf.memory, "memory", "", "memory limit of the command's tree, in bytes or with a unit: 512m, 2g")
 	cmd.Flags().Int64Var(&hf.pids, "pids", 0, "maximum number of processes (and threads) in the command's tree")
 	cmd.Flags().Float64Var(&hf.cpus, "cpus", 0, "CPUs the command's tree may use, e.g. 1.5")
@@ -186,6 +207,24 @@ type hostFlags struct {
 	memory     string
 	pids       int64
 	cpus       float64
+	caches     []string
+}
+
+// toolchainCaches resolves the --cache presets for a command run in dir
+// ("" for the current directory).
+func (f *hostFlags) toolchainCaches(dir string) ([]host.Cache, error) {
+	if dir == "" {
+		dir = "."
+	}
+	var out []host.Cache
+	for _, name := range f.caches {
+		c, err := host.ToolchainCache(name, dir)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --cache: %w", runbox.ErrInvalidCommand, err)
+		}
+		out = append(out, c)
+	}
+	return out, nil
 }
 
 // limited reports whether a resource limit was asked for.
