@@ -38,3 +38,31 @@ func TestUnescapeMount(t *testing.T) {
 		t.Fatalf("got %q", got)
 	}
 }
+
+func TestCgroupV1Dir(t *testing.T) {
+	mnt := t.TempDir()
+	for _, d := range []string{"memory/app", "pids", "cpu,cpuacct/app"} {
+		if err := os.MkdirAll(filepath.Join(mnt, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mountinfo := "31 30 0:28 / " + mnt + "/memory rw - cgroup cgroup rw,memory\n" +
+		"38 30 0:35 / " + mnt + "/pids rw - cgroup cgroup rw,pids\n" +
+		"32 30 0:29 / " + mnt + "/cpu,cpuacct rw - cgroup cgroup rw,cpu,cpuacct\n" +
+		"40 30 0:37 / " + mnt + "/unified rw - cgroup2 cgroup2 rw\n"
+	self := "4:memory:/app\n8:pids:/\n1:cpu,cpuacct:/app\n0::/\n"
+	for c, want := range map[string]string{
+		"memory":  filepath.Join(mnt, "memory/app"),
+		"pids":    filepath.Join(mnt, "pids"),
+		"cpu":     filepath.Join(mnt, "cpu,cpuacct/app"),
+		"cpuacct": filepath.Join(mnt, "cpu,cpuacct/app"),
+		"hugetlb": "",
+	} {
+		if got := cgroupV1Dir(self, mountinfo, c); got != want {
+			t.Errorf("%s: got %q want %q", c, got, want)
+		}
+	}
+	if got := cgroupV1Dir("0::/\n", mountinfo, "memory"); got != "" {
+		t.Errorf("a pure v2 host has no v1 memory hierarchy, got %q", got)
+	}
+}

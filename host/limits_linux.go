@@ -170,15 +170,26 @@ func cpuQuota(cpus float64) int64 {
 // not have.
 var optionalLimitFiles = []string{"memory.swap.max", "memory.memsw.limit_in_bytes"}
 
-// writeLimits writes files into dir.
+// writeLimits writes files into dir. It never creates one: a file the
+// kernel does not offer is missing (ENOENT), not made.
 func writeLimits(dir string, files [][2]string) error {
 	for _, f := range files {
-		err := os.WriteFile(filepath.Join(dir, f[0]), []byte(f[1]), 0)
+		err := writeExisting(filepath.Join(dir, f[0]), f[1])
 		if err != nil && !(errors.Is(err, os.ErrNotExist) && slices.Contains(optionalLimitFiles, f[0])) {
 			return fmt.Errorf("host: %s/%s: %w", dir, f[0], err)
 		}
 	}
 	return nil
+}
+
+// writeExisting writes value to the existing file path.
+func writeExisting(path, value string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(value)
+	return errors.Join(err, f.Close())
 }
 
 // limitGroups are the cgroup v1 groups of one launch.
