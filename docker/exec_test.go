@@ -2,9 +2,11 @@ package docker
 
 import (
 	"bytes"
+	"os"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/runbox-dev/runbox"
 )
@@ -61,5 +63,26 @@ func TestCheckReservedMounts(t *testing.T) {
 	}
 	for _, target := range []string{"/dev/.runbox-not", "/dev/.runboxx/run", "/dev/shm", "/devices", "/mnt/dev/.runbox"} {
 		assert.NoError(t, checkReservedMounts([]runbox.Mount{{Source: "/tmp", Target: target}}), target)
+	}
+}
+
+func TestOwnerLabel(t *testing.T) {
+	o, ok := ParseOwner(defaultOwner())
+	require.True(t, ok)
+	assert.Equal(t, os.Getpid(), o.PID)
+	assert.NotEmpty(t, o.Start, "Linux tells the start time")
+	assert.Equal(t, defaultOwner(), o.String())
+	for label, want := range map[string]Owner{
+		"h/12/345": {Host: "h", PID: 12, Start: "345"},
+		"h/12":     {Host: "h", PID: 12},
+	} {
+		got, ok := ParseOwner(label)
+		assert.True(t, ok, label)
+		assert.Equal(t, want, got, label)
+		assert.Equal(t, label, got.String())
+	}
+	for _, bad := range []string{"", "h", "h/cli", "h/0", "h/-1", "/12", "h/12/", "h/12/3/4", "h/x12"} {
+		_, ok := ParseOwner(bad)
+		assert.False(t, ok, bad)
 	}
 }

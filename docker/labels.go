@@ -1,8 +1,6 @@
 package docker
 
 import (
-	"fmt"
-	"os"
 	"time"
 )
 
@@ -11,7 +9,8 @@ import (
 const (
 	// LabelKind marks a runbox-owned object; sessions carry "session".
 	LabelKind = "dev.runbox.kind"
-	// LabelOwner identifies the creating process as "hostname/pid".
+	// LabelOwner identifies the creating process as "hostname/pid/start"
+	// (see Owner).
 	LabelOwner = "dev.runbox.owner"
 	// LabelCreated is the creation time in RFC 3339 form (UTC).
 	LabelCreated = "dev.runbox.created"
@@ -19,15 +18,6 @@ const (
 
 // KindSession is the LabelKind value of a session container.
 const KindSession = "session"
-
-// defaultOwner names the current process.
-func defaultOwner() string {
-	h, err := os.Hostname()
-	if err != nil || h == "" {
-		h = "unknown-host"
-	}
-	return fmt.Sprintf("%s/%d", h, os.Getpid())
-}
 
 // sessionLabels merges the caller's labels with runbox's own; runbox's win so
 // a sweep can trust them.

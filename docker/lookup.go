@@ -36,7 +36,8 @@ type SessionInfo struct {
 	Created time.Time `json:"created"`
 	// State is the Engine's state: "running", "exited", "paused", ...
 	State string `json:"state"`
-	// Owner is the LabelOwner value: "hostname/pid" of the creator.
+	// Owner is the LabelOwner value: "hostname/pid/start" of the creator
+	// (see Owner).
 	Owner string `json:"owner"`
 	// Labels are all of the container's labels.
 	Labels map[string]string `json:"labels,omitempty"`

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"errors"
+	"fmt"
 	"io"
 	"os"
 	"strings"
@@ -61,4 +63,10 @@ func executeCapturingStderr(t *testing.T, args []string) (int, string) {
 	msg, _ := io.ReadAll(r)
 	r.Close()
 	return code, string(msg)
+}
+
+func TestFailureIsOneLine(t *testing.T) {
+	var b strings.Builder
+	printFailure(&b, errors.Join(errors.New("first\n"), fmt.Errorf("%w: second", runbox.ErrSessionNotFound)))
+	assert.Equal(t, "runbox: first; runbox: session not found: second (see `runbox ls` for the sessions there are)\n", b.String())
 }

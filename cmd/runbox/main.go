@@ -10,7 +10,9 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -55,8 +57,20 @@ func execute(args []string) int {
 		}
 		return ec.code
 	}
-	fmt.Fprintf(os.Stderr, "runbox: %v%s\n", err, hint(err))
+	printFailure(os.Stderr, err)
 	return exitFailure
+}
+
+// printFailure prints err as one line, always: the lines of joined errors
+// (prune's, for one) are separated with "; ".
+func printFailure(w io.Writer, err error) {
+	var parts []string
+	for _, line := range strings.Split(err.Error(), "\n") {
+		if line = strings.TrimSpace(line); line != "" {
+			parts = append(parts, line)
+		}
+	}
+	fmt.Fprintf(w, "runbox: %s%s\n", strings.Join(parts, "; "), hint(err))
 }
 
 // hint says what to do about a failure, where there is something to say.

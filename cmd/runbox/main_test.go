@@ -15,6 +15,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/docker"
+	"github.com/runbox-dev/runbox/internal/procstart"
 )
 
 func TestEveryCommandIsDocumented(t *testing.T) {
@@ -117,8 +119,24 @@ func TestLimitWriter(t *testing.T) {
 
 func TestOwnerGone(t *testing.T) {
 	host, _ := os.Hostname()
-	assert.False(t, ownerGone(fmt.Sprintf("%s/%d", host, os.Getpid()), host))
-	assert.False(t, ownerGone(host+"/cli", host))
-	assert.False(t, ownerGone("other-host/1", host))
-	assert.True(t, ownerGone(host+"/2147483000", host))
+	now := time.Now()
+	me, err := procstart.Of(os.Getpid())
+	require.NoError(t, err)
+	alive := docker.Owner{Host: host, PID: os.Getpid(), Start: me.ID}.String()
+	assert.False(t, ownerGone(alive, now, host), "the owner itself")
+	assert.False(t, ownerGone(host+"/cli", now, host))
+	assert.False(t, ownerGone("other-host/1/1", now, host))
+	assert.False(t, ownerGone("other-host/1", now, host))
+	assert.True(t, ownerGone(host+"/2147483000/1", now, host), "a pid nobody has")
+	assert.True(t, ownerGone(host+"/2147483000", now, host), "a pid nobody has, old label")
+
+	// Another process that got the owner's pid later: its start differs.
+	reused := docker.Owner{Host: host, PID: os.Getpid(), Start: me.ID + "1"}.String()
+	assert.True(t, ownerGone(reused, now, host), "a reused pid")
+
+	// An old label has no start: the pid's process is the owner unless it
+	// started after the session was created.
+	old := fmt.Sprintf("%s/%d", host, os.Getpid())
+	assert.False(t, ownerGone(old, now, host))
+	assert.True(t, ownerGone(old, me.Time.Add(-time.Hour), host), "a process younger than the session is not its owner")
 }

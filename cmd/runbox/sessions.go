@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"strings"
 	"sync"
 	"syscall"
 	"text/tabwriter"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/docker"
+	"github.com/runbox-dev/runbox/internal/procstart"
 )
 
 // cliOwner marks sessions opened by `runbox open`: they belong to the user,
@@ -348,7 +348,7 @@ func newLs() *cobra.Command {
 		Short: "List sessions",
 		Long: `ls lists every runbox session on the Engine, newest first: ID, name, image,
 age and state. --json prints an array of objects with the fields
-id, name, image, created (RFC 3339), state and owner ("hostname/pid" of the
+id, name, image, created (RFC 3339), state and owner ("hostname/pid/start" of the
 creating process, or "hostname/cli" for sessions opened with runbox open).`,
 		Example: "  runbox ls\n  runbox ls --json | jq -r '.[].id'",
 		Args:    cobra.NoArgs,
@@ -402,7 +402,8 @@ func newPrune() *cobra.Command {
 		Short: "Remove sessions whose owning process is gone",
 		Long: `prune removes the sessions of programs that ended without closing them:
 sessions whose owner label names a process on this host that no longer
-exists. Sessions opened with ` + "`runbox open`" + ` belong to you, not to a process,
+exists (a process that got the owner's pid later is told apart by its
+start time). Sessions opened with ` + "`runbox open`" + ` belong to you, not to a process,
 and sessions owned by other hosts cannot be judged; both stay unless --all
 is given, which removes every runbox session. Prints the removed IDs.`,
 		Example: "  runbox prune\n  runbox prune --all",
@@ -420,7 +421,7 @@ is given, which removes every runbox session. Prints the removed IDs.`,
 			host, _ := os.Hostname()
 			var errs []error
 			for _, info := range sessions {
-				if !all && !ownerGone(info.Owner, host) {
+				if !all && !ownerGone(info.Owner, info.Created, host) {
 					continue
 				}
 				s, err := e.Session(cmd.Context(), info.ID)
@@ -440,18 +441,30 @@ is given, which removes every runbox session. Prints the removed IDs.`,
 	return cmd
 }
 
-// ownerGone reports whether owner ("hostname/pid") names a process of this
-// host that no longer exists.
-func ownerGone(owner, host string) bool {
-	h, pidText, ok := strings.Cut(owner, "/")
-	if !ok || h != host {
+// ownerGone reports whether the session's owner label names a process of
+// this host that no longer exists. A process that has the owner's pid but
+// not its start time is another process that got the pid later. A label
+// without a start time (written before runbox recorded it) is judged by the
+// pid, unless that pid's process started after the session was created:
+// then it cannot be the owner.
+func ownerGone(owner string, created time.Time, host string) bool {
+	o, ok := docker.ParseOwner(owner)
+	if !ok || o.Host != host {
 		return false
 	}
-	var pid int
-	if _, err := fmt.Sscanf(pidText, "%d", &pid); err != nil || pid <= 0 {
+	if !processAlive(o.PID) {
+		return true
+	}
+	st, err := procstart.Of(o.PID)
+	if err != nil {
+		// The process exists and cannot be told apart: keep its session.
 		return false
 	}
-	return !processAlive(pid)
+	if o.Start != "" {
+		return st.ID != o.Start
+	}
+	// Both times are to about a second: allow for that.
+	return !created.IsZero() && !st.Time.IsZero() && st.Time.After(created.Add(2*time.Second))
 }
 
 func newRun() *cobra.Command {
