@@ -15,6 +15,10 @@ import (
 // agent died) while a command was pending: its outcome is unknown.
 var ErrConnectionLost = errors.New("runbox/agent: connection to the agent lost")
 
+// ErrSessionOver reports the agent's last word: the whole session ends
+// (its lifetime process ended, or its lease expired).
+var ErrSessionOver = errors.New("runbox/agent: the session is over")
+
 // StartError is the agent's reason for not starting a command.
 type StartError struct{ Message string }
 
@@ -117,6 +121,13 @@ func (c *Client) handshake(r *Reader, nonce, key []byte) (Hello, error) {
 	return h, err
 }
 
+// Renew renews the session's lease.
+func (c *Client) Renew() error { return c.sendJSON(TypeLease, 0, Lease{}) }
+
+// Release makes the session persistent: it no longer expires when its
+// callers stop renewing it.
+func (c *Client) Release() error { return c.sendJSON(TypeLease, 0, Lease{Release: true}) }
+
 // AgentPid is the agent's process ID in the session (1 when it is init).
 func (c *Client) AgentPid() int { return c.agentPid }
 
@@ -178,7 +189,11 @@ func (c *Client) readLoop(r *Reader) {
 			if f.Type == TypeError {
 				var fe Fatal
 				_ = Decode(f, &fe)
-				c.fail(fmt.Errorf("agent: %s", fe.Error))
+				if fe.Ended {
+					c.fail(fmt.Errorf("%w: %s", ErrSessionOver, fe.Error))
+				} else {
+					c.fail(fmt.Errorf("agent: %s", fe.Error))
+				}
 				return
 			}
 			continue

@@ -57,11 +57,12 @@ const (
 	TypeStdinAck                    // a→c: JSON StdinAck; stdin bytes handed to the command
 	TypeAuth                        // c→a, id 0: JSON Auth, the client's proof of the session key
 	TypeStartPart                   // c→a: leading bytes of a start request too large for one frame
+	TypeLease                       // c→a, id 0: JSON Lease, renew or release the session's lease
 	typeEnd                         // first invalid type
 )
 
 var typeNames = [...]string{"invalid", "hello", "start", "accepted", "started", "start-failed", "stdin",
-	"stdin-eof", "stdout", "stderr", "resize", "signal", "cancel", "exit", "error", "stdin-ack", "auth", "start-part"}
+	"stdin-eof", "stdout", "stderr", "resize", "signal", "cancel", "exit", "error", "stdin-ack", "auth", "start-part", "lease"}
 
 // String returns the type's name.
 func (t Type) String() string {
@@ -91,6 +92,15 @@ type Hello struct {
 	// Proof is the agent's answer to the client's nonce when the session
 	// has a key: see AgentProof. Empty on a keyless connection.
 	Proof []byte `json:"proof,omitempty"`
+}
+
+// Lease renews or releases the session's lease. A leased session ends
+// when no caller renewed it for its time to live: the agent kills every
+// process and exits, and the Engine removes the container. Every
+// connection renews the lease once, at its handshake.
+type Lease struct {
+	// Release makes the session persistent: it no longer expires.
+	Release bool `json:"release,omitempty"`
 }
 
 // Auth is the client's answer to the agent's nonce: see ClientProof.
@@ -157,6 +167,8 @@ const StdinWindow = 1 << 20
 // Fatal is the agent's last word on a broken connection.
 type Fatal struct {
 	Error string `json:"error"`
+	// Ended says that the whole session ends, not just this connection.
+	Ended bool `json:"ended,omitempty"`
 }
 
 // WriteFrame writes one frame. It is not safe for concurrent use on the

@@ -46,12 +46,13 @@ func Main(args []string) int {
 	socket := fs.String("socket", DefaultSocket, "unix socket path")
 	dial := fs.String("dial", "", "directory of caller sockets to dial")
 	keyFile := fs.String("key-file", "", "file holding the session key; removed once read")
+	lease := fs.Duration("lease", 0, "end the session when no caller renewed it for this long (0: never)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
 	switch args[0] {
 	case "init":
-		return runInit(initOptions{socket: *socket, dial: *dial, keyFile: *keyFile}, fs.Args())
+		return runInit(initOptions{socket: *socket, dial: *dial, keyFile: *keyFile, lease: *lease}, fs.Args())
 	case "connect":
 		return runConnect(*socket)
 	}
@@ -80,6 +81,7 @@ func runConnect(socket string) int {
 
 type initOptions struct {
 	socket, dial, keyFile string
+	lease                 time.Duration
 }
 
 // runInit is the agent as PID 1.
@@ -96,7 +98,11 @@ func runInit(o initOptions, process []string) int {
 	// commands may exhaust the session's pids limit later on.
 	prewarmThreads(agentThreads)
 
-	s := &server{waiters: map[int]chan unix.WaitStatus{}, oom: openOOMScore()}
+	s := &server{waiters: map[int]chan unix.WaitStatus{}, oom: openOOMScore(), conns: map[*conn]bool{}}
+	expired := make(chan struct{})
+	if o.lease > 0 {
+		s.lease = newLease(o.lease, expired)
+	}
 	if o.keyFile != "" {
 		key, err := takeKey(o.keyFile)
 		if err != nil {
@@ -129,9 +135,20 @@ func runInit(o initOptions, process []string) int {
 		return 1
 	}
 
-	for sig := range sigs {
+	for {
+		var sig os.Signal
+		select {
+		case sig = <-sigs:
+		case <-expired:
+			// Nobody holds the session any more. As PID 1 our exit ends
+			// every process of the session; the Engine removes the rest.
+			s.lastWord(fmt.Sprintf("the session's lease expired: no caller renewed it for %s", o.lease))
+			_ = unix.Kill(-lifetime, unix.SIGKILL)
+			return 128 + int(unix.SIGKILL)
+		}
 		if sig == unix.SIGCHLD {
 			if st, done := s.reap(lifetime); done {
+				s.lastWord(fmt.Sprintf("the lifetime process %s", describeStatus(st)))
 				return exitStatus(st)
 			}
 			continue
@@ -142,7 +159,66 @@ func runInit(o initOptions, process []string) int {
 		// Forward to the lifetime process: PID 1 gets no default actions.
 		_ = unix.Kill(lifetime, sig.(syscall.Signal))
 	}
-	return 0
+}
+
+// describeStatus says how a process ended, in the Engine's words.
+func describeStatus(st unix.WaitStatus) string {
+	if st.Signaled() {
+		return fmt.Sprintf("exited with code %d (%s)", exitStatus(st), unix.SignalName(st.Signal()))
+	}
+	return fmt.Sprintf("exited with code %d", exitStatus(st))
+}
+
+// lastWord tells every connected caller why the session ends, before the
+// agent exits: with a lease the Engine removes the container at once, and
+// with it the status a caller would otherwise ask for.
+func (s *server) lastWord(msg string) {
+	s.mu.Lock()
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.mu.Unlock()
+	for _, c := range conns {
+		_ = c.c.SetWriteDeadline(time.Now().Add(time.Second))
+		_ = c.sendJSON(TypeError, 0, Fatal{Error: "session ended: " + msg, Ended: true})
+	}
+}
+
+// lease is a session's time to live, renewed by its callers.
+type lease struct {
+	mu       sync.Mutex
+	ttl      time.Duration
+	timer    *time.Timer
+	released bool
+}
+
+func newLease(ttl time.Duration, expired chan<- struct{}) *lease {
+	return &lease{ttl: ttl, timer: time.AfterFunc(ttl, func() { close(expired) })}
+}
+
+// renew starts the time to live again, unless the lease was released or
+// has already expired.
+func (l *lease) renew() {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.released {
+		l.timer.Reset(l.ttl)
+	}
+}
+
+// release makes the session persistent.
+func (l *lease) release() {
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.released = true
+	l.timer.Stop()
 }
 
 // takeKey reads the session key and removes its file, before any code of
@@ -300,6 +376,8 @@ type server struct {
 	waiters map[int]chan unix.WaitStatus
 	key     []byte    // the session key every caller must prove; nil on a local Engine
 	oom     *oomScore // nil: commands keep the agent's OOM score
+	lease   *lease    // nil: the session is persistent
+	conns   map[*conn]bool
 }
 
 // startLifetime starts the session's own process with the agent's stdio.
@@ -405,6 +483,17 @@ func (s *server) handle(nc net.Conn) {
 		return
 	}
 	_ = nc.SetDeadline(time.Time{})
+	c.s.lease.renew()
+	s.mu.Lock()
+	if s.conns != nil {
+		s.conns[c] = true
+	}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+	}()
 	for {
 		f, err := r.Next()
 		if err != nil {
@@ -459,6 +548,17 @@ func (c *conn) handshake(r *Reader) error {
 
 func (c *conn) dispatch(f Frame) error {
 	switch f.Type {
+	case TypeLease:
+		var l Lease
+		if err := Decode(f, &l); err != nil {
+			return err
+		}
+		if l.Release {
+			c.s.lease.release()
+		} else {
+			c.s.lease.renew()
+		}
+		return nil
 	case TypeStartPart:
 		if f.ID == 0 {
 			return fmt.Errorf("%w: start part for command id 0", ErrProtocol)

@@ -126,11 +126,12 @@ func checkAgentBinary(path, arch string) error {
 
 // agentPlan is how one session gets its agent.
 type agentPlan struct {
-	binary   string   // host path of the agent
-	lifetime []string // the lifetime process the agent starts
-	local    bool     // bind mounts and a host socket, rather than a copy and an exec
-	runDir   string   // host directory whose run/ is bound at agentRunDir (local only)
-	key      []byte   // the session key (remote only)
+	binary   string        // host path of the agent
+	lifetime []string      // the lifetime process the agent starts
+	local    bool          // bind mounts and a host socket, rather than a copy and an exec
+	runDir   string        // host directory whose run/ is bound at agentRunDir (local only)
+	key      []byte        // the session key (remote only)
+	lease    time.Duration // the lease's time to live; 0: persistent
 }
 
 // planAgent decides whether spec's session gets an agent. It returns nil
@@ -166,7 +167,7 @@ func (e *Executor) planAgent(ctx context.Context, spec runbox.Spec) (*agentPlan,
 		}
 		return nil, nil
 	}
-	plan := &agentPlan{binary: binary, lifetime: spec.Process, local: e.localEngine}
+	plan := &agentPlan{binary: binary, lifetime: spec.Process, local: e.localEngine, lease: e.lease}
 	if plan.lifetime == nil && img.Config != nil {
 		plan.lifetime = append(append([]string{}, img.Config.Entrypoint...), img.Config.Cmd...)
 	}
@@ -181,19 +182,23 @@ func (e *Executor) planAgent(ctx context.Context, spec runbox.Spec) (*agentPlan,
 // is not added.
 func (p *agentPlan) apply(cfg *container.Config, hc *container.HostConfig) error {
 	hc.Init = nil
+	cfg.Labels[LabelLease] = leaseLabel(p.lease)
+	// A leased session's container goes with its agent, which exits when
+	// the lease expires.
+	hc.AutoRemove = p.lease > 0
 	if !p.local {
 		// The agent listens inside the session and serves only callers that
 		// prove the key, which it takes from an anonymous volume filled by
 		// CopyToContainer before start (removed with the container, never
 		// committed).
 		p.key = agent.NewKey()
-		cfg.Entrypoint = append([]string{agentInPath, "agent", "init", "--socket", agentSockPath, "--key-file", agentKeyPath, "--"}, p.lifetime...)
+		cfg.Entrypoint = append(append([]string{agentInPath, "agent", "init", "--socket", agentSockPath, "--key-file", agentKeyPath}, p.leaseArgs()...), append([]string{"--"}, p.lifetime...)...)
 		cfg.Cmd = nil
 		cfg.Labels[LabelAgentKey] = hex.EncodeToString(p.key)
 		hc.Mounts = append(hc.Mounts, mount.Mount{Type: mount.TypeVolume, Target: reservedDir})
 		return nil
 	}
-	cfg.Entrypoint = append([]string{agentInPath, "agent", "init", "--dial", agentRunDir, "--"}, p.lifetime...)
+	cfg.Entrypoint = append(append([]string{agentInPath, "agent", "init", "--dial", agentRunDir}, p.leaseArgs()...), append([]string{"--"}, p.lifetime...)...)
 	cfg.Cmd = nil
 	dir, err := os.MkdirTemp("", "runbox-agent-")
 	if err != nil {
@@ -216,6 +221,14 @@ func (p *agentPlan) apply(cfg *container.Config, hc *container.HostConfig) error
 		mount.Mount{Type: mount.TypeBind, Source: run, Target: agentRunDir, ReadOnly: true},
 	)
 	return nil
+}
+
+// leaseArgs are the agent's flags for the lease.
+func (p *agentPlan) leaseArgs() []string {
+	if p.lease <= 0 {
+		return nil
+	}
+	return []string{"--lease", p.lease.String()}
 }
 
 // parseAgentEntrypoint recognizes a session container's agent entrypoint
@@ -516,10 +529,7 @@ func (s *Session) runAgent(ctx context.Context, cmd runbox.Command, streams runb
 	case ctx.Err() != nil:
 		return runbox.Result{}, cancelled(ctx, "the command's process group was killed")
 	case errors.Is(err, agent.ErrConnectionLost):
-		if rerr := s.endedAfterLoss(ctx); rerr != nil && errors.Is(rerr, runbox.ErrSessionEnded) {
-			return runbox.Result{}, fmt.Errorf("%w (%w)", rerr, err)
-		}
-		return runbox.Result{}, fmt.Errorf("%w: %w", runbox.ErrTransport, err)
+		return runbox.Result{}, s.lostOrTransport(ctx, err)
 	}
 	return runbox.Result{}, err
 }

@@ -42,6 +42,7 @@ type Executor struct {
 	agentTimeout time.Duration
 	localEngine  bool          // the Engine shares this machine's filesystem (unix socket)
 	termGrace    time.Duration // Terminate's grace period for streaming processes
+	lease        time.Duration // agent sessions' time to live without renewal; 0: persistent
 }
 
 var _ runbox.Executor = (*Executor)(nil)
@@ -59,6 +60,7 @@ type config struct {
 	agentMode    agentMode
 	localEngine  *bool
 	termGrace    time.Duration
+	lease        time.Duration
 }
 
 // WithHost connects to the Engine at host (for example
@@ -143,7 +145,7 @@ func WithRemoteEngine() Option {
 // unless options say otherwise. The API version is negotiated with the
 // Engine on first use; Engine API 1.41 and newer are supported.
 func New(opts ...Option) (*Executor, error) {
-	c := config{owner: defaultOwner(), closeTimeout: 30 * time.Second, termGrace: DefaultTerminateGrace}
+	c := config{owner: defaultOwner(), closeTimeout: 30 * time.Second, termGrace: DefaultTerminateGrace, lease: DefaultLease}
 	for _, o := range opts {
 		if err := o(&c); err != nil {
 			return nil, err
@@ -158,6 +160,7 @@ func New(opts ...Option) (*Executor, error) {
 		agentMode:    c.agentMode,
 		agentTimeout: 10 * time.Second,
 		termGrace:    c.termGrace,
+		lease:        c.lease,
 	}
 	if e.cli == nil {
 		all := append([]client.Opt{client.FromEnv}, c.clientOpts...)

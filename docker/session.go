@@ -31,8 +31,12 @@ type Session struct {
 	mu     callLock    // serializes Run, Snapshot and streaming processes
 	closed atomic.Bool // set first thing in Close
 
-	agent *agent.Client // nil: plain Engine exec
-	plan  *agentPlan
+	plan    *agentPlan    // nil: plain Engine exec
+	agentMu sync.Mutex    // guards agent, which a lost connection replaces
+	agent   *agent.Client // the connection to the agent; nil until one is made
+
+	hbStop, hbDone chan struct{} // the lease's renewer, when this program holds it
+	hbOnce         sync.Once
 
 	closeMu sync.Mutex
 	removed bool
@@ -129,6 +133,7 @@ func (e *Executor) start(ctx context.Context, s *Session) error {
 			return err
 		}
 		s.agent = c
+		s.startHeartbeat()
 		return nil
 	}
 	return s.checkRunning(ctx)
@@ -162,6 +167,16 @@ func (s *Session) checkRunning(ctx context.Context) error {
 // ending (the agent is PID 1, so its death stops the container a moment
 // later) from a transport failure, waiting at most a few seconds.
 func (s *Session) endedAfterLoss(ctx context.Context) error {
+	s.agentMu.Lock()
+	c := s.agent
+	s.agentMu.Unlock()
+	if c != nil {
+		if err := c.Err(); errors.Is(err, agent.ErrSessionOver) {
+			// The agent said so before it went: no need to ask the Engine,
+			// which may already have removed a leased session.
+			return fmt.Errorf("%w: %w", runbox.ErrSessionEnded, err)
+		}
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	wait := s.e.cli.ContainerWait(ctx, s.id, client.ContainerWaitOptions{Condition: container.WaitConditionNotRunning})
@@ -244,7 +259,7 @@ func (s *Session) run(ctx context.Context, cmd runbox.Command, streams runbox.St
 	if err := cmd.Validate(); err != nil {
 		return runbox.Result{}, err
 	}
-	if cmd.CleanEnv && s.agent == nil {
+	if cmd.CleanEnv && s.plan == nil {
 		return runbox.Result{}, fmt.Errorf("%w: CleanEnv: the Engine's exec always adds the container's environment; a session needs the runbox agent to clear it", runbox.ErrUnsupported)
 	}
 	if ctx.Err() != nil {
@@ -259,7 +274,7 @@ func (s *Session) run(ctx context.Context, cmd runbox.Command, streams runbox.St
 	}
 	var res runbox.Result
 	var err error
-	if s.agent != nil {
+	if s.plan != nil {
 		res, err = s.runAgent(ctx, cmd, streams)
 	} else {
 		res, err = s.exec(ctx, cmd, streams)
@@ -317,20 +332,24 @@ func (s *Session) snapshotConfig(labels map[string]string) *container.Config {
 	cfg := &container.Config{Labels: snapshotLabels(labels)}
 	if s.plan != nil {
 		cfg.Entrypoint = s.plan.lifetime
+		cfg.Labels[LabelLease] = ""
+		if !s.plan.local {
+			cfg.Labels[LabelAgentKey] = ""
+		}
 	}
 	return cfg
 }
 
 // Agent reports whether the session runs commands through the runbox
 // agent (fast, killable) rather than plain Engine exec.
-func (s *Session) Agent() bool { return s.agent != nil }
+func (s *Session) Agent() bool { return s.plan != nil }
 
 // LifetimeContainment reports what cancelling a command achieves: with the
 // agent, its process group is killed (best effort: a process that leaves
 // the group survives until Close); with plain Engine exec nothing is
 // killed until Close. Close itself always removes every process.
 func (s *Session) LifetimeContainment() runbox.LifetimeContainment {
-	if s.agent != nil {
+	if s.plan != nil {
 		return runbox.LifetimeContainmentBestEffort
 	}
 	return runbox.LifetimeContainmentUnspecified
@@ -351,12 +370,20 @@ func (s *Session) remove(ctx context.Context) error {
 	if s.removed {
 		return nil
 	}
+	s.stopHeartbeat()
+	s.agentMu.Lock()
 	if s.agent != nil {
 		s.agent.Close()
 	}
+	s.agentMu.Unlock()
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.e.closeTimeout)
 	defer cancel()
 	_, err := s.e.cli.ContainerRemove(ctx, s.id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+	if err != nil && cerrdefs.IsConflict(err) && s.plan != nil && s.plan.lease > 0 {
+		// The Engine is already removing a leased session (AutoRemove):
+		// wait until it is gone.
+		err = s.waitRemoved(ctx)
+	}
 	if err != nil && !cerrdefs.IsNotFound(err) {
 		return fmt.Errorf("%w: removing container %s: %w", runbox.ErrCleanup, shortID(s.id), engineErr(err))
 	}
