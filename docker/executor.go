@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/distribution/reference"
@@ -43,6 +44,7 @@ type Executor struct {
 	localEngine  bool          // the Engine shares this machine's filesystem (unix socket)
 	termGrace    time.Duration // Terminate's grace period for streaming processes
 	lease        time.Duration // agent sessions' time to live without renewal; 0: persistent
+	reapOnce     sync.Once     // Reap at the first Open
 }
 
 var _ runbox.Executor = (*Executor)(nil)

@@ -84,7 +84,11 @@ func (e *Executor) open(ctx context.Context, spec runbox.Spec) (*Session, error)
 	if err != nil {
 		return nil, err
 	}
+	// Sessions that died with their program and that no lease ends are
+	// swept once per Executor, before it adds its own.
+	e.reapOnce.Do(func() { _, _ = e.Reap(ctx) })
 	cfg, hostCfg := containerConfig(spec, e.owner, time.Now())
+	cfg.Labels[LabelLease] = leaseLabel(e.lease)
 	if plan != nil {
 		if err := plan.apply(cfg, hostCfg); err != nil {
 			return nil, err

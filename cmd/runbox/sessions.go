@@ -56,6 +56,7 @@ func afterDash(args []string) []string {
 
 func newOpen() *cobra.Command {
 	var of openFlags
+	var lease time.Duration
 	cmd := &cobra.Command{
 		Use:   "open [flags] IMAGE [-- PROCESS...]",
 		Short: "Open a session and print its ID",
@@ -63,7 +64,8 @@ func newOpen() *cobra.Command {
 (none unless --network says otherwise), the -v mounts, the limits and the
 lifetime PROCESS (the image's own command when none is given). It prints the
 session ID on stdout and nothing else. The session lives until its lifetime
-process exits or ` + "`runbox close`" + ` removes it.`,
+process exits or ` + "`runbox close`" + ` removes it; with --lease, also until nobody
+renewed it (` + "`runbox exec`" + `, ` + "`runbox renew`" + `) for that long.`,
 		Example: `  id=$(runbox open busybox:latest -- sleep 1000000)
   runbox open --name work --network bridge -v "$PWD:/work" --memory 512m --cpus 1 busybox:latest -- sleep 1000000`,
 		Args: cobra.MinimumNArgs(1),
@@ -76,7 +78,11 @@ process exits or ` + "`runbox close`" + ` removes it.`,
 			if err != nil {
 				return err
 			}
-			e, err := newEngine(docker.WithOwner(cliOwner()))
+			leaseOpt := docker.WithoutLease() // a terminal user expects the session to stay
+			if lease != 0 {
+				leaseOpt = docker.WithLease(lease)
+			}
+			e, err := newEngine(docker.WithOwner(cliOwner()), leaseOpt)
 			if err != nil {
 				return err
 			}
@@ -91,6 +97,7 @@ process exits or ` + "`runbox close`" + ` removes it.`,
 	}
 	cmd.Flags().SetInterspersed(false)
 	of.register(cmd.Flags())
+	cmd.Flags().DurationVar(&lease, "lease", 0, "end the session (and remove it) when no exec or `runbox renew` renewed it for this long; default: until `runbox close`")
 	return cmd
 }
 

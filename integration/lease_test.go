@@ -1,0 +1,199 @@
+//go:build linux
+
+package integration
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/client"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/docker"
+)
+
+// testLease is the time to live the lease tests use.
+const testLease = 2 * time.Second
+
+// containersLabelled lists every container, running or not, with label.
+func containersLabelled(t *testing.T, cli *client.Client, label string) []string {
+	t.Helper()
+	res, err := cli.ContainerList(context.Background(), client.ContainerListOptions{
+		All: true, Filters: client.Filters{}.Add("label", label),
+	})
+	require.NoError(t, err)
+	var out []string
+	for _, c := range res.Items {
+		out = append(out, c.ID[:12]+" "+string(c.State))
+	}
+	return out
+}
+
+// buildOwner builds the owner program.
+func buildOwner(t *testing.T) string {
+	t.Helper()
+	prog := filepath.Join(t.TempDir(), "owner")
+	out, err := exec.Command("go", "build", "-o", prog, "./testdata/owner").CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	return prog
+}
+
+// TestReapPlainSessionsOfDeadOwners: a session without an agent has no
+// lease to end it; the next Executor's first Open (or Reap) removes it
+// once its program is gone, and leaves alone the sessions of live
+// programs and persistent ones.
+func TestReapPlainSessionsOfDeadOwners(t *testing.T) {
+	prog := buildOwner(t)
+	label := fmt.Sprintf("%s=%s-reap", labelRun, runID)
+	cmd := exec.Command(prog, fixtureRef, testLease.String(), label, "idle")
+	cmd.Env = append(os.Environ(), "RUNBOX_OWNER_PLAIN=1")
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	require.NoError(t, err)
+	id := strings.TrimSpace(strings.TrimPrefix(line, "opened "))
+
+	mine := open(t, newExecutor(t, docker.WithoutAgent()), baseSpec())
+	persistent := open(t, newExecutor(t, docker.WithoutAgent(), docker.WithoutLease()), baseSpec())
+
+	e := newExecutor(t)
+	removed, err := e.Reap(context.Background())
+	require.NoError(t, err)
+	assert.NotContains(t, removed, id, "its program still runs")
+
+	require.NoError(t, cmd.Process.Kill())
+	_ = cmd.Wait()
+	assert.Len(t, containersLabelled(t, e.Client(), label), 1, "nothing ends a plain session by itself")
+	s := open(t, newExecutor(t), baseSpec()) // the first Open reaps
+	assert.Empty(t, containersLabelled(t, e.Client(), label), "the dead program's session is gone")
+	for _, live := range []runbox.Session{mine, persistent, s} {
+		o := run(t, live, argv("true"))
+		require.NoError(t, o.err, "a live program's or a persistent session was reaped")
+	}
+}
+
+// TestLeaseEndsSessionsOfDeadOwners: a program killed with SIGKILL while it
+// opens a session, runs a command in it, or idles, leaves nothing behind
+// once the lease's time to live has passed (plus 5 s), without prune.
+func TestLeaseEndsSessionsOfDeadOwners(t *testing.T) {
+	prog := buildOwner(t)
+	agentBin := runboxBinary(t)
+	cli := newExecutor(t).Client()
+
+	modes := []string{"open", "run", "idle"}
+	for trial := range 20 {
+		mode := modes[trial%len(modes)]
+		label := fmt.Sprintf("%s=%s-lease-%d", labelRun, runID, trial)
+		progMode := mode
+		if mode == "open" {
+			progMode = "idle"
+		}
+		cmd := exec.Command(prog, fixtureRef, testLease.String(), label, progMode)
+		cmd.Env = append(os.Environ(), docker.EnvAgent+"="+agentBin)
+		stdout, err := cmd.StdoutPipe()
+		require.NoError(t, err)
+		require.NoError(t, cmd.Start())
+		if mode == "open" {
+			// Somewhere between the first Engine call and the end of Open.
+			time.Sleep(time.Duration(rand.IntN(800)) * time.Millisecond)
+		} else {
+			line, err := bufio.NewReader(stdout).ReadString('\n')
+			require.NoError(t, err)
+			require.True(t, strings.HasPrefix(line, "opened "), line)
+			time.Sleep(time.Duration(rand.IntN(500)) * time.Millisecond)
+		}
+		require.NoError(t, cmd.Process.Kill())
+		_ = cmd.Wait()
+		killed := time.Now()
+		require.Eventually(t, func() bool { return len(containersLabelled(t, cli, label)) == 0 },
+			testLease+5*time.Second, 50*time.Millisecond,
+			"trial %d (%s): still there %s after the kill: %v", trial, mode, time.Since(killed), containersLabelled(t, cli, label))
+	}
+}
+
+// TestLeaseLivesWithItsOwner: while its program lives the session lives,
+// well past the time to live; Detach hands it over, after which it
+// outlives its opener until closed.
+func TestLeaseLivesWithItsOwner(t *testing.T) {
+	e := agentExecutor(t, docker.WithLease(testLease))
+	s := open(t, e, baseSpec())
+	time.Sleep(3 * testLease) // renewed meanwhile by the Session
+	o := run(t, s, argv("echo", "alive"))
+	require.NoError(t, o.err)
+	assert.Equal(t, "alive\n", o.stdout)
+
+	require.NoError(t, s.(*docker.Session).Detach(context.Background()))
+	require.NoError(t, e.Close())
+	time.Sleep(3 * testLease) // nobody renews now; released, it stays
+	other := agentExecutor(t)
+	s2, err := other.Session(context.Background(), s.ID())
+	require.NoError(t, err)
+	o = run(t, s2, argv("echo", "still"))
+	require.NoError(t, o.err)
+	assert.Equal(t, "still\n", o.stdout)
+}
+
+// TestLeaseCLI: `runbox open` is persistent unless --lease says otherwise;
+// a leased session lives while execs or `runbox renew` renew it, and ends
+// when nobody does.
+func TestLeaseCLI(t *testing.T) {
+	r := cli(t, nil, "open", runLabelFlag(), "--lease", testLease.String(), fixtureRef, "--", "sleep", "1000000")
+	require.Equal(t, 0, r.code, r.stderr)
+	id := strings.TrimSpace(r.stdout)
+	t.Cleanup(func() { cli(t, nil, "close", id) })
+	for range 4 {
+		time.Sleep(testLease / 2)
+		r = cli(t, nil, "renew", id)
+		require.Equal(t, 0, r.code, r.stderr)
+	}
+	r = cli(t, nil, "exec", id, "--", "echo", "renewed")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Equal(t, "renewed\n", r.stdout)
+
+	e := newExecutor(t)
+	// Asked of the Engine, not of the agent: connecting would renew.
+	require.Eventually(t, func() bool {
+		_, err := e.Client().ContainerInspect(context.Background(), id, client.ContainerInspectOptions{})
+		return cerrdefs.IsNotFound(err)
+	}, testLease+5*time.Second, 50*time.Millisecond, "the unrenewed session stayed")
+
+	r = cli(t, nil, "open", runLabelFlag(), fixtureRef, "--", "sleep", "1000000")
+	require.Equal(t, 0, r.code, r.stderr)
+	id = strings.TrimSpace(r.stdout)
+	t.Cleanup(func() { cli(t, nil, "close", id) })
+	c, err := e.Client().ContainerInspect(context.Background(), id, client.ContainerInspectOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "persistent", c.Container.Config.Labels[docker.LabelLease])
+	assert.NotContains(t, c.Container.Config.Entrypoint, "--lease", "a session opened without --lease never expires")
+	assert.False(t, c.Container.HostConfig.AutoRemove)
+}
+
+// TestLeaseEndReported: when a leased session's lifetime process ends,
+// the Engine removes the container at once; the caller still learns why.
+func TestLeaseEndReported(t *testing.T) {
+	e := agentExecutor(t, docker.WithLease(testLease))
+	spec := baseSpec()
+	spec.Process = []string{"sh", "-c", "sleep 1; exit 7"}
+	s := open(t, e, spec)
+	require.Eventually(t, func() bool {
+		_, err := s.Run(context.Background(), argv("true"), runbox.Streams{})
+		if err != nil {
+			require.ErrorIs(t, err, runbox.ErrSessionEnded)
+			assert.Contains(t, err.Error(), "code 7")
+			return true
+		}
+		return false
+	}, 30*time.Second, 50*time.Millisecond)
+}
