@@ -252,6 +252,7 @@ func (e *Executor) probeConfinement() (runbox.Guarantees, error) {
 	if err := json.Unmarshal(payload, &mech); err != nil {
 		return g, fmt.Errorf("%w: sandbox probe: %w", ErrConfinementUnavailable, err)
 	}
+	proven := slices.Clone(mech)
 	has := func(m string) bool { return slices.Contains(mech, m) }
 	landlock := slices.ContainsFunc(mech, func(m string) bool { return strings.HasPrefix(m, "landlock-abi-") })
 	g.ProcessBoundary = has("pid-ns") && has("proc")
@@ -276,8 +277,10 @@ func (e *Executor) probeConfinement() (runbox.Guarantees, error) {
 			if e.sys.pool != nil {
 				e.sys.pool.setup = nil
 			}
+			proven = slices.DeleteFunc(proven, func(m string) bool { return strings.HasPrefix(m, "cgroup-v1-") })
 		}
 	}
+	cp.proven = proven
 	g.Mechanisms = mech
 	return g, nil
 }

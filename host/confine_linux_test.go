@@ -489,3 +489,27 @@ func TestConfinedNeedsInit(t *testing.T) {
 	assert.Contains(t, string(out), "runbox.Init()")
 	assert.Contains(t, string(out), ErrConfinementUnavailable.Error())
 }
+
+// TestConfinedLaunchMatchesProof: the helper runs a command only with
+// exactly the mechanisms the probe proved, so Guarantees can never
+// describe a stronger sandbox than the one a command gets.
+func TestConfinedLaunchMatchesProof(t *testing.T) {
+	e := confined(t, Policy{})
+	require.NotEmpty(t, e.conf.proven)
+	out, code := sh(t, e, "", "echo proven")
+	require.Equal(t, 0, code)
+	require.Equal(t, "proven\n", out)
+
+	proven := e.conf.proven
+	e.conf.proven = append(slices.Clone(proven), "landlock-abi-99")
+	_, _, err := e.RunCommand(testCtx(t), "", "echo weaker")
+	assert.ErrorIs(t, err, runbox.ErrStart)
+	assert.ErrorContains(t, err, "differs from the one proven")
+	e.conf.proven = proven[1:]
+	_, _, err = e.RunCommand(testCtx(t), "", "echo stronger")
+	assert.ErrorIs(t, err, runbox.ErrStart, "anything else than the proof is refused")
+	e.conf.proven = proven
+	out, code = sh(t, e, "", "echo again")
+	assert.Equal(t, 0, code)
+	assert.Equal(t, "again\n", out)
+}

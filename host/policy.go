@@ -152,6 +152,9 @@ type compiledPolicy struct {
 	// inheritEnv records WithInheritEnv: the caller chose to pass its
 	// environment, so no scrub is asked for.
 	inheritEnv bool
+	// proven are the mechanisms the probe's helper applied (Linux): every
+	// later launch must apply exactly these.
+	proven []string
 }
 
 // canonicalPath returns p absolute and with every symlink resolved; it must
@@ -388,6 +391,9 @@ type spawnConf struct {
 	// Probe makes the helper set everything up and report what it
 	// applied instead of running a command.
 	Probe bool `json:"probe"`
+	// Expect, when not nil, is exactly what the helper must apply (as it
+	// reported at the probe); it refuses to run the command otherwise.
+	Expect []string `json:"expect,omitempty"`
 	// LimitFDs are cgroup v1 "tasks" files the helper's forking thread
 	// joins before the command is forked; LimitNames says what each
 	// enforces.
@@ -409,6 +415,7 @@ func (cp *compiledPolicy) newSpawnConf(spec *launchSpec) *spawnConf {
 		TTY:        spec.tty,
 		Network:    cp.policy.Network,
 		BroadWrite: cp.policy.BroadWrite,
+		Expect:     slices.Clone(cp.proven),
 	}
 	if !c.BroadWrite {
 		c.Writable = append(slices.Clone(cp.writable), cp.home, cp.tmp)

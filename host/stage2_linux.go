@@ -101,6 +101,7 @@ func stage2Main() int {
 		err  error
 	}
 	ch := make(chan started, 1)
+	base := slices.Clone(mech)
 	go func() {
 		runtime.LockOSThread()
 		m, err := joinLimits(&conf)
@@ -108,6 +109,13 @@ func stage2Main() int {
 			var r []string
 			r, err = restrictThread(&conf)
 			m = append(m, r...)
+		}
+		if err == nil && conf.Expect != nil {
+			// What the executor reports was proven by its probe; a launch
+			// that would apply anything else is refused, never run weaker.
+			if got := append(slices.Clone(base), m...); !sameSet(got, conf.Expect) {
+				err = fmt.Errorf("%w: applied %v, proven %v", errMechanismsDiffer, got, conf.Expect)
+			}
 		}
 		if err == nil {
 			// Last thing before exec: nothing above stderr survives it, not
@@ -173,6 +181,18 @@ func stage2Main() int {
 			return code
 		}
 	}
+}
+
+// errMechanismsDiffer refuses a launch whose sandbox differs from the one
+// the executor's probe proved.
+var errMechanismsDiffer = errors.New("the sandbox differs from the one proven at New")
+
+// sameSet reports whether a and b hold the same strings.
+func sameSet(a, b []string) bool {
+	a, b = slices.Clone(a), slices.Clone(b)
+	slices.Sort(a)
+	slices.Sort(b)
+	return slices.Equal(slices.Compact(a), slices.Compact(b))
 }
 
 // joinLimits moves the calling thread, and so the command it forks, into
