@@ -37,6 +37,16 @@ var (
 	// not executable, bad working directory). No exit code is invented.
 	ErrStart = errors.New("runbox: command could not be started")
 
+	// ErrStartRefused reports that a Command's BeforeStart hook returned an
+	// error, so the command was not started. The error also wraps the
+	// hook's own error.
+	ErrStartRefused = errors.New("runbox: start refused by the BeforeStart hook")
+
+	// ErrUnavailable reports that there is no sandbox to run a command in
+	// (a nil runner was given to [Collect]). Callers report it as
+	// "sandbox unavailable".
+	ErrUnavailable = errors.New("runbox: sandbox unavailable")
+
 	// ErrCancelled reports that the caller's context ended before the
 	// command completed. The error also wraps the context's own error.
 	ErrCancelled = errors.New("runbox: cancelled")

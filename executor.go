@@ -47,6 +47,27 @@ type Command struct {
 	// Resize, when not nil, delivers new terminal sizes while the command
 	// runs (TTY only). The backend stops reading it when the call returns.
 	Resize <-chan TermSize
+	// BeforeStart, when not nil, is called once, synchronously, after the
+	// backend has validated and prepared the command and checked its
+	// context, immediately before it starts the process. It gets no handle
+	// to the process. When it returns an error the process is not started,
+	// what was prepared is released, and the call fails with an error
+	// wrapping [ErrStartRefused] and the hook's error. Backends call it
+	// through [Command.Starting].
+	BeforeStart func() error
+}
+
+// Starting calls c.BeforeStart, if set. A backend calls it once per
+// command, at the last moment before it starts the process, and returns
+// its error (which wraps [ErrStartRefused]) without starting anything.
+func (c Command) Starting() error {
+	if c.BeforeStart == nil {
+		return nil
+	}
+	if err := c.BeforeStart(); err != nil {
+		return fmt.Errorf("%w: %w", ErrStartRefused, err)
+	}
+	return nil
 }
 
 // TermSize is a terminal's size in character cells.

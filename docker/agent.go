@@ -516,6 +516,9 @@ func (s *Session) runAgent(ctx context.Context, cmd runbox.Command, streams runb
 	if err != nil {
 		return runbox.Result{}, err
 	}
+	if err := cmd.Starting(); err != nil {
+		return runbox.Result{}, err
+	}
 	ex, err := conn.Run(ctx, req, opts)
 	if err == nil {
 		return runbox.Result{ExitCode: ex.Code, Signal: ex.Signal}, nil

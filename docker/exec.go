@@ -26,6 +26,11 @@ func (s *Session) exec(ctx context.Context, cmd runbox.Command, streams runbox.S
 	if cmd.TTY && cmd.TermSize != (runbox.TermSize{}) {
 		size = client.ConsoleSize{Height: uint(cmd.TermSize.Rows), Width: uint(cmd.TermSize.Cols)}
 	}
+	// Called before ExecCreate: the Engine has no call that deletes an
+	// exec that was created and never started.
+	if err := cmd.Starting(); err != nil {
+		return runbox.Result{}, err
+	}
 	created, err := cli.ExecCreate(ctx, s.id, client.ExecCreateOptions{
 		Cmd:         cmd.Args,
 		Env:         cmd.Env,

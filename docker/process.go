@@ -81,6 +81,10 @@ func (s *Session) Start(ctx context.Context, cmd runbox.Command) (*Process, erro
 		s.mu.unlock()
 		return nil, err
 	}
+	if err := cmd.Starting(); err != nil {
+		s.mu.unlock()
+		return nil, err
+	}
 	call, err := conn.Start(agent.StartRequest{Args: cmd.Args, Env: cmd.Env, CleanEnv: cmd.CleanEnv, Dir: cmd.Dir,
 		TTY: cmd.TTY, Rows: cmd.TermSize.Rows, Cols: cmd.TermSize.Cols})
 	if err != nil {

@@ -330,6 +330,11 @@ func (e *Executor) Run(ctx context.Context, cmd runbox.Command, streams runbox.S
 		c.Stdout, c.Stderr = fileOrNil(out.stdout), fileOrNil(out.stderr)
 		return c
 	}
+	if err := cmd.Starting(); err != nil {
+		in.abort()
+		out.abort()
+		return failed, err
+	}
 	p := e.newProc()
 	if err := e.start(p, spec, build, false); err != nil {
 		in.abort()

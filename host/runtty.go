@@ -27,6 +27,9 @@ func (e *Executor) runTTY(ctx context.Context, cmd runbox.Command, streams runbo
 	if err != nil {
 		return failed, err
 	}
+	if err := cmd.Starting(); err != nil {
+		return failed, err
+	}
 	p, err := e.startPTY(spec, size)
 	if err != nil {
 		return failed, err
