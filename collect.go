@@ -148,9 +148,6 @@ func (e *CommandError) Unwrap() error { return e.Err }
 // opposed to the caller's context (FailureAborted).
 func (e *CommandError) Timeout() bool { return e.Kind == FailureTimeout }
 
-// errTimeout marks the end of Collect's own timeout.
-var errTimeout = errors.New("runbox: collect timeout")
-
 // Collect runs cmd on p — a host executor, a Docker session, a Docker
 // executor's one-shot Run, or any [Process] — and returns its bounded,
 // sanitised output. It is the call to use for an untrusted command: the
@@ -189,7 +186,7 @@ func Collect(ctx context.Context, p Process, cmd Command, opts CollectOptions) (
 		perStream = DefaultStreamLimit
 	}
 
-	timed, cancelTimeout := context.WithTimeoutCause(ctx, timeout, errTimeout)
+	timed, cancelTimeout := context.WithTimeout(ctx, timeout)
 	defer cancelTimeout()
 	runCtx, stop := context.WithCancelCause(timed)
 	defer stop(nil)
@@ -239,7 +236,7 @@ func Collect(ctx context.Context, p Process, cmd Command, opts CollectOptions) (
 		return fail(FailureRefused, err)
 	case ctx.Err() != nil:
 		return fail(FailureAborted, asCancelled(err, ctx.Err()))
-	case context.Cause(timed) == errTimeout:
+	case timed.Err() != nil: // its own deadline, since ctx has not ended
 		return fail(FailureTimeout, fmt.Errorf("timed out after %s: %w", timeout, asCancelled(err, context.DeadlineExceeded)))
 	}
 	return fail(classify(err), err)
@@ -258,8 +255,11 @@ func isNil(p Process) bool {
 // asCancelled makes sure that err wraps ErrCancelled and ctxErr, whatever
 // the backend reported when it was stopped.
 func asCancelled(err, ctxErr error) error {
-	if errors.Is(err, ErrCancelled) && errors.Is(err, ctxErr) {
+	switch {
+	case errors.Is(err, ErrCancelled) && errors.Is(err, ctxErr):
 		return err
+	case errors.Is(err, ErrCancelled):
+		return fmt.Errorf("%w (%w)", err, ctxErr)
 	}
 	return fmt.Errorf("%w: %w (%w)", ErrCancelled, ctxErr, err)
 }

@@ -98,6 +98,26 @@ func demo(ctx context.Context, out io.Writer, keep bool) (err error) {
 	_, runErr := s.Run(ctx, runbox.Command{Args: []string{"/no/such/program"}}, streams)
 	fmt.Fprintf(out, "    error: %v (errors.Is ErrStart: %v)\n", runErr, errors.Is(runErr, runbox.ErrStart))
 
+	step("run untrusted commands the managed way: runbox.Collect (default 10 s, 1 MiB per stream)")
+	o, err := runbox.Collect(ctx, s, runbox.ShellCommand(`printf '\033]0;a title\007\033[1;31mred\033[0m\n50%%\r100%%\n'; exit 4`), runbox.CollectOptions{})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "    exit code %d; stdout sanitised %q, raw %q\n", o.ExitCode, o.Stdout, o.RawStdout)
+	stopped := "its process group was killed"
+	if ds, ok := s.(*docker.Session); !ok || !ds.Agent() {
+		stopped = "plain exec cannot stop it: it ends with the session"
+	}
+	step("Collect `sleep 60` with a 1 s timeout")
+	_, err = runbox.Collect(ctx, s, runbox.Command{Args: []string{"sleep", "60"}}, runbox.CollectOptions{Timeout: time.Second})
+	reportCollect(out, err, stopped)
+	step("Collect a command writing 1 GiB with a 64 KiB limit")
+	_, err = runbox.Collect(ctx, s, runbox.Command{Args: []string{"head", "-c", "1073741824", "/dev/zero"}}, runbox.CollectOptions{StreamLimit: 64 << 10})
+	reportCollect(out, err, stopped)
+	if errors.Is(err, runbox.ErrCancelled) && !errors.Is(err, runbox.ErrOutputLimit) {
+		return err // Ctrl-C
+	}
+
 	snapRef := "runbox-demo/snapshot:latest"
 	step("snapshot the session's writable layer as %s", snapRef)
 	img, err := s.Snapshot(ctx, runbox.SnapshotOptions{Reference: snapRef})
@@ -122,6 +142,19 @@ func demo(ctx context.Context, out io.Writer, keep bool) (err error) {
 	}
 	step("closing both sessions and removing the demo images")
 	return nil
+}
+
+// reportCollect prints a Collect failure: its kind, what it kept and the
+// sentinels it wraps. There is no exit code to print.
+func reportCollect(out io.Writer, err error, stopped string) {
+	var ce *runbox.CommandError
+	if !errors.As(err, &ce) {
+		fmt.Fprintf(out, "    unexpected: %v\n", err)
+		return
+	}
+	fmt.Fprintf(out, "    %s (%s); kept %d+%d bytes, no exit code; ErrCancelled %v, ErrOutputLimit %v\n",
+		ce.Kind, stopped, len(ce.RawStdout), len(ce.RawStderr), errors.Is(err, runbox.ErrCancelled), errors.Is(err, runbox.ErrOutputLimit))
+	fmt.Fprintf(out, "    error: %v\n", err)
 }
 
 func closeSession(s runbox.Session, errp *error) {
