@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math"
 	"reflect"
-	"sync"
 	"time"
 )
 
@@ -190,7 +188,14 @@ func Collect(ctx context.Context, p Process, cmd Command, opts CollectOptions) (
 	defer cancelTimeout()
 	runCtx, stop := context.WithCancelCause(timed)
 	defer stop(nil)
-	c := newCapture(perStream, opts.CombinedLimit, func() { stop(ErrOutputLimit) })
+	lim := OutputLimit{Stream: perStream, Combined: opts.CombinedLimit}
+	// Neither buffer ever needs more than the tighter bound that applies.
+	bound := int(lim.Stream)
+	if bound == 0 || (lim.Combined > 0 && lim.Combined < lim.Stream) {
+		bound = int(lim.Combined)
+	}
+	bufs := [2]*boundedBuffer{{bound: bound}, {bound: bound}}
+	limiter := NewLimiter(lim, Streams{Stdout: bufs[0], Stderr: bufs[1]}, func() { stop(ErrOutputLimit) })
 
 	// Wrap the hooks so that Collect knows whether a refusal came from
 	// its caller's OnStart and whether the backend called it at all.
@@ -211,18 +216,19 @@ func Collect(ctx context.Context, p Process, cmd Command, opts CollectOptions) (
 		}
 	}
 
-	res, err := p.Run(runCtx, cmd, Streams{Stdout: c.stream(0), Stderr: c.stream(1)})
+	res, err := p.Run(runCtx, cmd, limiter.Streams())
 	// The backend no longer writes once Run has returned.
-	raw := [2][]byte{c.bufs[0], c.bufs[1]}
+	raw := [2][]byte{bufs[0].b, bufs[1].b}
+	over := limiter.Exceeded()
 	fail := func(kind Failure, err error) (Output, error) {
-		return Output{}, &CommandError{Kind: kind, Stream: c.over, Err: err,
+		return Output{}, &CommandError{Kind: kind, Stream: over, Err: err,
 			Stdout: Sanitize(raw[0]), Stderr: Sanitize(raw[1]), RawStdout: raw[0], RawStderr: raw[1]}
 	}
 	switch {
-	case c.over != "":
+	case over != "":
 		// Even a command that finished before the stop was seen lost
 		// output: it is not a complete Output.
-		lerr := fmt.Errorf("%w: %s passed %d bytes; the command was stopped", ErrOutputLimit, c.over, c.limitOf(c.over))
+		lerr := limiter.Err()
 		if errors.Is(err, ErrCleanup) || errors.Is(err, ErrTransport) {
 			lerr = errors.Join(lerr, err)
 		}
@@ -295,82 +301,4 @@ func (o CollectOptions) validate() error {
 		return fmt.Errorf("%w: negative combined limit %d", ErrInvalidCommand, o.CombinedLimit)
 	}
 	return nil
-}
-
-// capture keeps a command's stdout and stderr within their limits. Past a
-// limit it drops what arrives and reports success, so that the backend
-// never fails or blocks on a writer while the command is being stopped;
-// onOverflow (which stops it) is called once.
-type capture struct {
-	mu         sync.Mutex
-	perStream  int64 // 0: none
-	combined   int64 // 0: none
-	bufs       [2][]byte
-	over       string // the limit that was passed, once it was
-	onOverflow func()
-}
-
-func newCapture(perStream, combined int64, onOverflow func()) *capture {
-	return &capture{perStream: perStream, combined: combined, onOverflow: onOverflow}
-}
-
-var streamNames = [2]string{"stdout", "stderr"}
-
-// captureStream is one of the two streams of a capture.
-type captureStream struct {
-	c *capture
-	i int
-}
-
-func (c *capture) stream(i int) captureStream { return captureStream{c, i} }
-
-// limitOf returns the bound named by over.
-func (c *capture) limitOf(over string) int64 {
-	if over == "combined" {
-		return c.combined
-	}
-	return c.perStream
-}
-
-// Write keeps what fits. Both streams share one lock: a combined limit
-// counts them together, and backends may write them concurrently.
-func (s captureStream) Write(p []byte) (int, error) {
-	c := s.c
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.over != "" {
-		return len(p), nil
-	}
-	buf := &c.bufs[s.i]
-	room, name := int64(math.MaxInt), ""
-	if c.perStream > 0 {
-		room, name = c.perStream-int64(len(*buf)), streamNames[s.i]
-	}
-	if c.combined > 0 {
-		if left := c.combined - int64(len(c.bufs[0])+len(c.bufs[1])); left < room {
-			room, name = left, "combined"
-		}
-	}
-	keep := len(p)
-	if int64(keep) > room {
-		keep = int(room)
-		c.over = name
-		defer c.onOverflow()
-	}
-	*buf = grow(*buf, keep, room+int64(len(*buf)))
-	*buf = append(*buf, p[:keep]...)
-	return len(p), nil
-}
-
-// grow makes room for n more bytes, doubling but never past bound, so that
-// memory stays within the limit however much the command writes.
-func grow(b []byte, n int, bound int64) []byte {
-	if cap(b)-len(b) >= n {
-		return b
-	}
-	newCap := int64(max(2*cap(b), len(b)+n, 512))
-	newCap = min(newCap, bound)
-	nb := make([]byte, len(b), newCap)
-	copy(nb, b)
-	return nb
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"runtime"
 	"testing"
 	"time"
@@ -115,49 +116,68 @@ func TestCollectHookOrder(t *testing.T) {
 	}
 }
 
-// TestCaptureBound writes 1 GiB through the limit writer itself: whatever
-// a backend keeps delivering after the stop, the writer keeps at most its
-// limit and reports every write as complete.
-func TestCaptureBound(t *testing.T) {
+// TestLimiterBound writes 1 GiB to each stream through Collect's limit
+// writer itself: whatever a backend keeps delivering after the stop, it
+// keeps at most its limit and reports every write as complete.
+func TestLimiterBound(t *testing.T) {
 	const total, limit, bound = 1 << 30, 1 << 20, 8 << 20
 	block := bytes.Repeat([]byte{'x'}, 64<<10)
 	stops := 0
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	c := newCapture(limit, 0, func() { stops++ })
+	bufs := [2]*boundedBuffer{{bound: limit}, {bound: limit}}
+	l := NewLimiter(OutputLimit{Stream: limit}, Streams{Stdout: bufs[0], Stderr: bufs[1]}, func() { stops++ })
+	s := l.Streams()
 	for written := 0; written < total; written += len(block) {
-		for i := range 2 {
-			if n, err := c.stream(i).Write(block); n != len(block) || err != nil {
+		for _, w := range []io.Writer{s.Stdout, s.Stderr} {
+			if n, err := w.Write(block); n != len(block) || err != nil {
 				t.Fatalf("Write = %d, %v", n, err)
 			}
 		}
 	}
 	runtime.ReadMemStats(&after)
 	// Both streams reach their limit; stdout is the first to pass it.
-	if len(c.bufs[0]) != limit || len(c.bufs[1]) != limit || c.over != "stdout" || stops != 1 {
-		t.Errorf("kept %d+%d bytes, over %q, %d stops; want %d each, stdout, 1", len(c.bufs[0]), len(c.bufs[1]), c.over, stops, limit)
+	if len(bufs[0].b) != limit || len(bufs[1].b) != limit || cap(bufs[0].b) != limit || l.Exceeded() != "stdout" || stops != 1 {
+		t.Errorf("kept %d+%d bytes (cap %d), over %q, %d stops; want %d each, stdout, 1",
+			len(bufs[0].b), len(bufs[1].b), cap(bufs[0].b), l.Exceeded(), stops, limit)
+	}
+	if !errors.Is(l.Err(), ErrOutputLimit) {
+		t.Errorf("Err() = %v", l.Err())
 	}
 	if grown := after.TotalAlloc - before.TotalAlloc; grown >= bound {
 		t.Errorf("2 GiB of writes allocated %d bytes, want less than %d", grown, bound)
 	}
 }
 
-// TestCaptureCombined: the combined limit counts both streams and names
-// itself; per-stream limits still apply alongside it.
-func TestCaptureCombined(t *testing.T) {
-	c := newCapture(0, 10, func() {})
-	_, _ = c.stream(0).Write([]byte("123456"))
-	_, _ = c.stream(1).Write([]byte("abcdef"))
-	if string(c.bufs[0]) != "123456" || string(c.bufs[1]) != "abcd" || c.over != "combined" {
-		t.Errorf("kept %q and %q, over %q", c.bufs[0], c.bufs[1], c.over)
+// TestLimiterCombined: the combined limit counts both streams and names
+// itself; a stream limit still applies alongside it; a writer's error is
+// passed back.
+func TestLimiterCombined(t *testing.T) {
+	var out, errb bytes.Buffer
+	l := NewLimiter(OutputLimit{Combined: 10}, Streams{Stdout: &out, Stderr: &errb}, func() {})
+	_, _ = l.Streams().Stdout.Write([]byte("123456"))
+	_, _ = l.Streams().Stderr.Write([]byte("abcdef"))
+	if out.String() != "123456" || errb.String() != "abcd" || l.Exceeded() != "combined" {
+		t.Errorf("passed %q and %q, over %q", out.String(), errb.String(), l.Exceeded())
 	}
-	c = newCapture(3, 10, func() {})
-	_, _ = c.stream(1).Write([]byte("abcd"))
-	if string(c.bufs[1]) != "abc" || c.over != "stderr" {
-		t.Errorf("kept %q, over %q; want the stream limit first", c.bufs[1], c.over)
+	errb.Reset()
+	l = NewLimiter(OutputLimit{Stream: 3, Combined: 10}, Streams{Stderr: &errb}, func() {})
+	_, _ = l.Streams().Stdout.Write([]byte("12")) // to a nil writer: discarded, still counted
+	_, _ = l.Streams().Stderr.Write([]byte("abcd"))
+	if errb.String() != "abc" || l.Exceeded() != "stderr" {
+		t.Errorf("passed %q, over %q; want the stream limit first", errb.String(), l.Exceeded())
+	}
+	broken := errors.New("broken")
+	l = NewLimiter(OutputLimit{Stream: 3}, Streams{Stdout: failWriter{broken}}, func() {})
+	if _, err := l.Streams().Stdout.Write([]byte("x")); !errors.Is(err, broken) {
+		t.Errorf("Write = %v, want the writer's error", err)
 	}
 }
+
+type failWriter struct{ err error }
+
+func (f failWriter) Write([]byte) (int, error) { return 0, f.err }
 
 // TestCollectDefaults: the zero options give each stream the default
 // limit and bound the run with the default timeout.
