@@ -100,6 +100,22 @@ func (s *Session) stopHeartbeat() {
 	})
 }
 
+// Renew renews the session's lease (connecting to its agent does too); a
+// persistent or plain-exec session has no lease, and Renew does nothing.
+func (s *Session) Renew(ctx context.Context) error {
+	if s.plan == nil {
+		return nil
+	}
+	c, err := s.agentConn(ctx)
+	if err != nil {
+		return err
+	}
+	if err := c.Renew(); err != nil {
+		return fmt.Errorf("%w: renewing the lease: %w", runbox.ErrTransport, err)
+	}
+	return nil
+}
+
 // Detach hands the session over: it stops being leased to this program and
 // becomes persistent, outliving it until someone closes it (by ID, with
 // Executor.Session or `runbox close`, or with `runbox prune --all`). The

@@ -168,13 +168,8 @@ func (e *Executor) Session(ctx context.Context, ref string) (*Session, error) {
 			return nil, fmt.Errorf("%w: session %s serves callers on the Engine's host only", ErrAgentUnavailable, shortID(id))
 		}
 		s.spec.Process, s.plan = plan.lifetime, plan
-		if res.Container.State != nil && res.Container.State.Running {
-			c, err := e.connectAgent(ctx, s, plan)
-			if err != nil {
-				return nil, err
-			}
-			s.agent = c
-		}
+		// The agent is reached at the first call that needs it: closing a
+		// session found here needs no agent, not even a live one.
 	}
 	return s, nil
 }

@@ -64,7 +64,9 @@ func TestAgentSurvivesPidExhaustion(t *testing.T) {
 	for name, cmd := range loads {
 		t.Run(name, func(t *testing.T) {
 			for trial := range pressureTrials {
-				res, err := runUnder(t, s, time.Second, cmd)
+				// Long enough that the agent has work to do while the pids
+				// are gone: at one second the old agent survived by luck.
+				res, err := runUnder(t, s, 2*time.Second, cmd)
 				assertTruthful(t, trial, res, err)
 				assertNextRunWorks(t, s, trial)
 			}

@@ -176,12 +176,15 @@ func TestAgentRemoteBridgeNeverAcceptsAnImpostor(t *testing.T) {
 	startImpostor(t, s)
 
 	other := agentExecutor(t, docker.WithHost(tcpProxy(t)))
-	_, err := other.Session(context.Background(), s.ID())
-	require.Error(t, err, "a new connection reaches only the impostor")
-	assert.ErrorIs(t, err, docker.ErrAgentUnavailable)
+	s2, err := other.Session(context.Background(), s.ID())
+	require.NoError(t, err)
+	o := run(t, s2, runbox.Command{Args: []string{"sh", "-c", "echo real; exit 3"}, Env: []string{"SECRET=s3cr3t"}})
+	require.Error(t, o.err, "a new connection reaches only the impostor")
+	assert.ErrorIs(t, o.err, docker.ErrAgentUnavailable)
+	assert.Empty(t, o.stdout, "no forged output")
 
 	// The established connection is untouched by the swap.
-	o := run(t, s, runbox.Command{Args: []string{"sh", "-c", "echo real; exit 3"}, Env: []string{"SECRET=s3cr3t"}})
+	o = run(t, s, runbox.Command{Args: []string{"sh", "-c", "echo real; exit 3"}, Env: []string{"SECRET=s3cr3t"}})
 	require.NoError(t, o.err)
 	assert.Equal(t, runbox.Result{ExitCode: 3}, o.res)
 	assertNothingStolen(t, s)

@@ -34,7 +34,8 @@ func TestCLIPruneTellsAReusedPid(t *testing.T) {
 	// The dead owner had the pid before sleep got it: same pid, another start.
 	dead := docker.Owner{Host: host, PID: sleep.Process.Pid, Start: st.ID + "0"}
 	living := docker.Owner{Host: host, PID: sleep.Process.Pid, Start: st.ID}
-	orphan := open(t, newExecutor(t, docker.WithOwner(dead.String())), baseSpec())
+	// Persistent, so that no Executor's reaper takes it before prune does.
+	orphan := open(t, newExecutor(t, docker.WithOwner(dead.String()), docker.WithoutLease()), baseSpec())
 	owned := open(t, newExecutor(t, docker.WithOwner(living.String())), baseSpec())
 
 	// Other sessions on a shared Engine may fail to close: only these two

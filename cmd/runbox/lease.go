@@ -25,8 +25,11 @@ without --lease are persistent; renewing them changes nothing.`,
 			defer e.Close()
 			var errs []error
 			for _, ref := range args {
-				// Connecting to the session's agent renews its lease.
-				if _, err := e.Session(cmd.Context(), ref); err != nil {
+				s, err := e.Session(cmd.Context(), ref)
+				if err == nil {
+					err = s.Renew(cmd.Context())
+				}
+				if err != nil {
 					errs = append(errs, fmt.Errorf("%s: %w", ref, err))
 				}
 			}
