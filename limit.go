@@ -66,9 +66,9 @@ func (l *Limiter) Err() error {
 	case "":
 		return nil
 	case "combined":
-		return fmt.Errorf("%w: stdout and stderr together passed %d bytes; the command was stopped", ErrOutputLimit, l.limit.Combined)
+		return fmt.Errorf("%w: stdout and stderr together passed %d bytes", ErrOutputLimit, l.limit.Combined)
 	}
-	return fmt.Errorf("%w: %s passed %d bytes; the command was stopped", ErrOutputLimit, l.over, l.limit.Stream)
+	return fmt.Errorf("%w: %s passed %d bytes", ErrOutputLimit, l.over, l.limit.Stream)
 }
 
 var streamNames = [2]string{"stdout", "stderr"}

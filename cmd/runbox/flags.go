@@ -122,6 +122,20 @@ type execFlags struct {
 	cleanEnv    bool
 	dir         string
 	timeout     string
+	outputLimit int64
+}
+
+// registerOutputLimit adds --output-limit (exec and run; host has its own).
+func (f *execFlags) registerOutputLimit(fs *pflag.FlagSet) {
+	fs.Int64Var(&f.outputLimit, "output-limit", 0, "stop the command once stdout and stderr together pass this many bytes; exit status 125")
+}
+
+// limit returns the --output-limit, refusing a negative one.
+func (f *execFlags) limit() (int64, error) {
+	if f.outputLimit < 0 {
+		return 0, fmt.Errorf("%w: --output-limit must be positive, got %d", runbox.ErrInvalidCommand, f.outputLimit)
+	}
+	return f.outputLimit, nil
 }
 
 func (f *execFlags) register(fs *pflag.FlagSet, withEnv bool) {

@@ -111,13 +111,16 @@ a name) and exits with the command's exit status. Stdout and stderr stay
 separate. Without -i the command's stdin is empty. A program that cannot be
 started is a runbox failure (125), not exit status 126/127.
 
-With --timeout, runbox stops waiting and exits 124. The Engine cannot kill
-an exec, so the command may keep running in the session until it ends or
-the session is closed.`,
+With --timeout, runbox stops waiting and exits 124. With --output-limit,
+runbox passes on that many bytes of stdout and stderr together, then stops
+the command and exits 125. The Engine cannot kill an exec, so without the
+session's agent a stopped command may keep running in the session until it
+ends or the session is closed.`,
 		Example: `  runbox exec $id -- ls -l /
   echo hello | runbox exec -i $id -- cat
   runbox exec -t $id -- top
-  runbox exec --timeout 30s -e DEBUG=1 -w /work $id -- make test`,
+  runbox exec --timeout 30s -e DEBUG=1 -w /work $id -- make test
+  runbox exec --output-limit 1048576 $id -- ./noisy-tool`,
 		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := xf.command(afterDash(args[1:]))
@@ -128,16 +131,21 @@ the session is closed.`,
 			if err != nil {
 				return err
 			}
+			limit, err := xf.limit()
+			if err != nil {
+				return err
+			}
 			s, done, err := attach(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
 			defer done()
-			return runInSession(cmd.Context(), s, c, timeout, xf.interactive)
+			return runInSession(cmd.Context(), s, c, timeout, limit, xf.interactive)
 		},
 	}
 	cmd.Flags().SetInterspersed(false)
 	xf.register(cmd.Flags(), true)
+	xf.registerOutputLimit(cmd.Flags())
 	return cmd
 }
 
@@ -169,7 +177,7 @@ terminal however the command ends. It needs a terminal on stdin.`,
 				return err
 			}
 			defer done()
-			return runInSession(cmd.Context(), s, c, 0, true)
+			return runInSession(cmd.Context(), s, c, 0, 0, true)
 		},
 	}
 	cmd.Flags().SetInterspersed(false)
@@ -182,7 +190,7 @@ terminal however the command ends. It needs a terminal on stdin.`,
 // an exit status. Ctrl-C and SIGTERM cancel the command. Interactive and
 // terminal commands use the session's streaming process when it has an
 // agent; otherwise Run carries stdin, the terminal and its resizes.
-func runInSession(parent context.Context, s runbox.Session, c runbox.Command, timeout time.Duration, interactive bool) error {
+func runInSession(parent context.Context, s runbox.Session, c runbox.Command, timeout time.Duration, limit int64, interactive bool) error {
 	ctx, stop := signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	runCtx := ctx
@@ -191,30 +199,46 @@ func runInSession(parent context.Context, s runbox.Session, c runbox.Command, ti
 		runCtx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
+	streams := runbox.Streams{Stdout: os.Stdout, Stderr: os.Stderr}
+	var lim *runbox.Limiter
+	if limit > 0 {
+		var cancel context.CancelCauseFunc
+		runCtx, cancel = context.WithCancelCause(runCtx)
+		defer cancel(nil)
+		lim = runbox.NewLimiter(runbox.OutputLimit{Combined: limit}, streams, func() { cancel(runbox.ErrOutputLimit) })
+		streams = lim.Streams()
+	}
+	// Output past the limit is a runbox failure, however the command ended.
+	finish := func(res runbox.Result, err error) error {
+		if lim != nil && lim.Err() != nil && ctx.Err() == nil {
+			return lim.Err()
+		}
+		return outcome(ctx, timeout, res, err)
+	}
 	if c.TTY {
 		c.TermSize = currentSize()
 	}
 	if ds, ok := s.(*docker.Session); ok && ds.Agent() && (c.TTY || interactive) {
 		p, err := ds.Start(runCtx, c)
 		if err != nil {
-			return outcome(ctx, timeout, runbox.Result{ExitCode: -1}, err)
+			return finish(runbox.Result{ExitCode: -1}, err)
 		}
-		res, err := driveProcess(runCtx, p, c.TTY, interactive)
-		return outcome(ctx, timeout, res, err)
+		res, err := driveProcess(runCtx, p, streams, c.TTY, interactive)
+		return finish(res, err)
 	}
 	if c.TTY {
 		restore, resize := setupTerminal(ctx, interactive)
 		defer restore()
 		c.Resize = resize
 	}
-	res, err := s.Run(runCtx, c, runbox.Streams{Stdout: os.Stdout, Stderr: os.Stderr})
-	return outcome(ctx, timeout, res, err)
+	res, err := s.Run(runCtx, c, streams)
+	return finish(res, err)
 }
 
 // driveProcess wires this process's terminal or pipes to p and waits for
 // it; when ctx ends, p is killed. It is the one code path for streaming
 // processes of either backend.
-func driveProcess(ctx context.Context, p runbox.StreamingProcess, tty, interactive bool) (runbox.Result, error) {
+func driveProcess(ctx context.Context, p runbox.StreamingProcess, streams runbox.Streams, tty, interactive bool) (runbox.Result, error) {
 	defer p.Close(context.Background())
 	if tty {
 		restore, resize := setupTerminal(ctx, interactive)
@@ -237,8 +261,8 @@ func driveProcess(ctx context.Context, p runbox.StreamingProcess, tty, interacti
 	}
 	var copies sync.WaitGroup
 	copies.Add(2)
-	go func() { defer copies.Done(); _, _ = io.Copy(os.Stdout, p.Stdout()) }()
-	go func() { defer copies.Done(); _, _ = io.Copy(os.Stderr, p.Stderr()) }()
+	go func() { defer copies.Done(); _, _ = io.Copy(streams.Stdout, p.Stdout()) }()
+	go func() { defer copies.Done(); _, _ = io.Copy(streams.Stderr, p.Stderr()) }()
 	res, err := p.Wait(ctx)
 	if err != nil {
 		_ = p.Signal(runbox.ProcessSignalKill)
@@ -501,6 +525,10 @@ the image needs a sleep program unless --process names another.`,
 			if err != nil {
 				return err
 			}
+			limit, err := xf.limit()
+			if err != nil {
+				return err
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
 			e, err := newEngine()
@@ -515,7 +543,7 @@ the image needs a sleep program unless --process names another.`,
 				}
 				return err
 			}
-			runErr := runInSession(ctx, s, c, timeout, xf.interactive)
+			runErr := runInSession(ctx, s, c, timeout, limit, xf.interactive)
 			if err := s.Close(context.Background()); err != nil {
 				return errors.Join(runErr, err)
 			}
@@ -528,6 +556,7 @@ the image needs a sleep program unless --process names another.`,
 	cmd.Flags().SetInterspersed(false)
 	of.register(cmd.Flags())
 	xf.register(cmd.Flags(), false)
+	xf.registerOutputLimit(cmd.Flags())
 	cmd.Flags().StringArrayVar(&process, "process", []string{"sleep", "2147483647"}, "lifetime process argument (repeat for each argument)")
 	return cmd
 }
