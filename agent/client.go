@@ -31,12 +31,11 @@ type Client struct {
 	rw  io.ReadWriteCloser
 	wmu sync.Mutex
 
-	mu       sync.Mutex
-	calls    map[uint32]*Call
-	nextID   uint32
-	err      error         // why the connection ended
-	closed   chan struct{} // closed when the connection ended
-	agentPid int
+	mu     sync.Mutex
+	calls  map[uint32]*Call
+	nextID uint32
+	err    error         // why the connection ended
+	closed chan struct{} // closed when the connection ended
 }
 
 // ClientOptions configure a connection to an agent.
@@ -74,7 +73,6 @@ func NewClient(rw io.ReadWriteCloser, o ClientOptions) (*Client, error) {
 			rw.Close()
 			return nil, fmt.Errorf("runbox/agent: handshake: %w", res.err)
 		}
-		c.agentPid = res.h.Pid
 	case <-t.C:
 		rw.Close()
 		<-got
@@ -127,9 +125,6 @@ func (c *Client) Renew() error { return c.sendJSON(TypeLease, 0, Lease{}) }
 // Release makes the session persistent: it no longer expires when its
 // callers stop renewing it.
 func (c *Client) Release() error { return c.sendJSON(TypeLease, 0, Lease{Release: true}) }
-
-// AgentPid is the agent's process ID in the session (1 when it is init).
-func (c *Client) AgentPid() int { return c.agentPid }
 
 // Done is closed when the connection has ended.
 func (c *Client) Done() <-chan struct{} { return c.closed }
@@ -399,15 +394,14 @@ func (call *Call) wakeOnClose() {
 	call.cmu.Unlock()
 }
 
+// cancelGrace bounds how long a cancelled Run waits for the agent to
+// confirm the command's end.
+const cancelGrace = 5 * time.Second
+
 // RunOptions are the streams of one Run.
 type RunOptions struct {
 	Stdin          io.Reader // nil: EOF at once (without a terminal)
 	Stdout, Stderr io.Writer // nil: discard
-	// CancelGrace bounds how long Run waits for the agent to confirm a
-	// cancelled command's end.
-	CancelGrace time.Duration
-	// Started, when set, is called with the command's process ID.
-	Started func(pid int)
 	// Resize delivers terminal sizes while the command runs.
 	Resize <-chan Resize
 }
@@ -429,9 +423,6 @@ func (c *Client) Run(ctx context.Context, req StartRequest, o RunOptions) (Exit,
 	}
 	if stderr == nil {
 		stderr = io.Discard
-	}
-	if o.CancelGrace == 0 {
-		o.CancelGrace = 5 * time.Second
 	}
 	stdinStarted := false
 	startStdin := func() {
@@ -466,13 +457,7 @@ func (c *Client) Run(ctx context.Context, req StartRequest, o RunOptions) (Exit,
 		select {
 		case f := <-call.events:
 			switch f.Type {
-			case TypeAccepted:
 			case TypeStarted:
-				var s Started
-				_ = Decode(f, &s)
-				if o.Started != nil {
-					o.Started(s.Pid)
-				}
 				startStdin()
 			case TypeStartFailed:
 				var sf StartFailed
@@ -505,7 +490,7 @@ func (c *Client) Run(ctx context.Context, req StartRequest, o RunOptions) (Exit,
 			_ = call.Resize(sz.Rows, sz.Cols)
 		case <-ctx.Done():
 			_ = call.Cancel()
-			call.waitExit(o.CancelGrace)
+			call.waitExit(cancelGrace)
 			return Exit{}, context.Cause(ctx)
 		case <-c.closed:
 			return Exit{}, fmt.Errorf("%w: %w", ErrConnectionLost, c.Err())

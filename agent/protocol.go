@@ -42,7 +42,6 @@ type Type uint8
 const (
 	TypeHello       Type = iota + 1 // both ways, id 0: JSON Hello
 	TypeStart                       // c→a: JSON StartRequest
-	TypeAccepted                    // a→c: the request is valid and registered
 	TypeStarted                     // a→c: JSON Started
 	TypeStartFailed                 // a→c: JSON StartFailed; the command is over
 	TypeStdin                       // c→a: bytes for the command's stdin
@@ -61,7 +60,7 @@ const (
 	typeEnd                         // first invalid type
 )
 
-var typeNames = [...]string{"invalid", "hello", "start", "accepted", "started", "start-failed", "stdin",
+var typeNames = [...]string{"invalid", "hello", "start", "started", "start-failed", "stdin",
 	"stdin-eof", "stdout", "stderr", "resize", "signal", "cancel", "exit", "error", "stdin-ack", "auth", "start-part", "lease"}
 
 // String returns the type's name.
@@ -71,6 +70,10 @@ func (t Type) String() string {
 	}
 	return fmt.Sprintf("type(%d)", uint8(t))
 }
+
+// DefaultSocket is where the agent listens inside a session reached
+// through a remote Engine.
+const DefaultSocket = "/dev/.runbox/run/agent.sock"
 
 // ErrProtocol reports a malformed frame or an unexpected message.
 var ErrProtocol = errors.New("runbox/agent: protocol error")

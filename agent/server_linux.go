@@ -20,6 +20,8 @@ import (
 	"unsafe"
 
 	"github.com/creack/pty"
+
+	"github.com/runbox-dev/runbox/internal/execpath"
 	"golang.org/x/sys/unix"
 )
 
@@ -266,10 +268,6 @@ func prewarmThreads(n int) {
 	done.Wait()
 }
 
-// DefaultSocket is where the agent listens inside a session reached
-// through a remote Engine.
-const DefaultSocket = "/dev/.runbox/run/agent.sock"
-
 func listen(path string) (net.Listener, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 		return nil, err
@@ -382,7 +380,7 @@ type server struct {
 
 // startLifetime starts the session's own process with the agent's stdio.
 func (s *server) startLifetime(argv []string) (int, error) {
-	path, err := lookPath(argv[0], os.Environ())
+	path, err := execpath.Look(argv[0], "", execpath.PathOf(os.Environ()))
 	if err != nil {
 		return 0, err
 	}
@@ -590,9 +588,6 @@ func (c *conn) dispatch(f Frame) error {
 		if err := json.Unmarshal(payload, &req); err != nil {
 			return c.sendJSON(TypeStartFailed, f.ID, StartFailed{Error: "malformed start request: " + err.Error()})
 		}
-		if err := c.sendJSON(TypeAccepted, f.ID, struct{}{}); err != nil {
-			return err
-		}
 		c.start(f.ID, req)
 		return nil
 	}
@@ -720,7 +715,7 @@ func (c *conn) start(id uint32, req StartRequest) {
 		fail(errors.New("empty argument vector"))
 		return
 	}
-	path, err := lookPath(req.Args[0], env)
+	path, err := execpath.Look(req.Args[0], req.Dir, execpath.PathOf(env))
 	if err != nil {
 		fail(err)
 		return
@@ -928,41 +923,4 @@ func mergeEnv(base, extra []string) []string {
 		out = append(out, kv)
 	}
 	return out
-}
-
-// defaultPath is searched when the environment has no PATH, as execvp does.
-const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-
-// lookPath resolves a program name against the command's own PATH.
-func lookPath(file string, env []string) (string, error) {
-	if strings.Contains(file, "/") {
-		return file, checkExecutable(file)
-	}
-	path := defaultPath
-	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
-			path = v
-		}
-	}
-	for _, dir := range filepath.SplitList(path) {
-		if dir == "" {
-			dir = "."
-		}
-		p := filepath.Join(dir, file)
-		if checkExecutable(p) == nil {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("exec: %q: executable file not found in $PATH", file)
-}
-
-func checkExecutable(p string) error {
-	fi, err := os.Stat(p)
-	if err != nil {
-		return fmt.Errorf("exec: %w", err)
-	}
-	if fi.IsDir() || fi.Mode()&0o111 == 0 {
-		return fmt.Errorf("exec: %s: permission denied", p)
-	}
-	return nil
 }

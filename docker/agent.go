@@ -6,6 +6,7 @@ import (
 	"context"
 	"debug/elf"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -39,7 +40,7 @@ const (
 	reservedDir   = "/dev/.runbox"
 	agentInPath   = reservedDir + "/bin/runbox"
 	agentRunDir   = reservedDir + "/run"
-	agentSockPath = agentRunDir + "/agent.sock"
+	agentSockPath = agent.DefaultSocket
 	agentKeyPath  = agentRunDir + "/key"
 )
 
@@ -49,6 +50,15 @@ const (
 // read it, and they can exec into the session as root anyway; nothing in
 // the session can read a label. Snapshots blank it.
 const LabelAgentKey = "dev.runbox.agent-key"
+
+// LabelAgent records how a session's agent is reached: "kernel" (a local
+// Engine) or "key" (a remote one; see AgentAuth). Sessions without an
+// agent have no such label.
+const LabelAgent = "dev.runbox.agent"
+
+// LabelLifetime records the lifetime process the agent runs, as a JSON
+// array, so that a caller that finds the session again knows it.
+const LabelLifetime = "dev.runbox.lifetime"
 
 // agentMode says whether and how sessions get an agent.
 type agentMode int
@@ -183,6 +193,15 @@ func (e *Executor) planAgent(ctx context.Context, spec runbox.Spec) (*agentPlan,
 func (p *agentPlan) apply(cfg *container.Config, hc *container.HostConfig) error {
 	hc.Init = nil
 	cfg.Labels[LabelLease] = leaseLabel(p.lease)
+	lifetime, err := json.Marshal(p.lifetime)
+	if err != nil {
+		return err
+	}
+	cfg.Labels[LabelLifetime] = string(lifetime)
+	cfg.Labels[LabelAgent] = AgentAuthKey.String()
+	if p.local {
+		cfg.Labels[LabelAgent] = AgentAuthKernel.String()
+	}
 	// A leased session's container goes with its agent, which exits when
 	// the lease expires.
 	hc.AutoRemove = p.lease > 0
@@ -229,24 +248,6 @@ func (p *agentPlan) leaseArgs() []string {
 		return nil
 	}
 	return []string{"--lease", p.lease.String()}
-}
-
-// parseAgentEntrypoint recognizes a session container's agent entrypoint
-// and returns the lifetime process and, for a remote Engine's session,
-// whether it listens with a key.
-func parseAgentEntrypoint(ep []string) (lifetime []string, keyed, ok bool) {
-	if len(ep) < 4 || ep[0] != agentInPath || ep[1] != "agent" || ep[2] != "init" {
-		return nil, false, false
-	}
-	for i, a := range ep[3:] {
-		switch a {
-		case "--key-file":
-			keyed = true
-		case "--":
-			return ep[3+i+1:], keyed, true
-		}
-	}
-	return nil, false, false
 }
 
 // deliver copies the agent and the session key into a remote Engine's

@@ -3,6 +3,7 @@ package docker
 import (
 	"context"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"regexp"
@@ -147,22 +148,28 @@ func (e *Executor) Session(ctx context.Context, ref string) (*Session, error) {
 		spec.Network = runbox.NetworkPolicy(hc.NetworkMode)
 	}
 	s := &Session{e: e, id: res.Container.ID, spec: spec}
-	if lifetime, keyed, ok := parseAgentEntrypoint(spec.Process); ok {
-		// A session with an agent: connect to it as Open did.
-		plan := &agentPlan{lifetime: lifetime}
+	if how := cfg.Labels[LabelAgent]; how != "" {
+		// A session with an agent: reach it as Open did.
+		plan := &agentPlan{local: how == AgentAuthKernel.String()}
+		if err := json.Unmarshal([]byte(cfg.Labels[LabelLifetime]), &plan.lifetime); err != nil {
+			return nil, fmt.Errorf("%w: session %s has no valid lifetime label", ErrAgentUnavailable, shortID(id))
+		}
+		if ttl, err := time.ParseDuration(cfg.Labels[LabelLease]); err == nil {
+			plan.lease = ttl
+		}
 		for _, m := range res.Container.Mounts {
 			if m.Destination == agentRunDir && m.Type == "bind" {
-				plan.local, plan.runDir = true, filepath.Dir(m.Source)
+				plan.runDir = filepath.Dir(m.Source)
 			}
 		}
-		if keyed {
+		if !plan.local {
 			key, err := hex.DecodeString(cfg.Labels[LabelAgentKey])
 			if err != nil || len(key) != agent.KeySize {
 				return nil, fmt.Errorf("%w: session %s has no valid agent key label", ErrAgentUnavailable, shortID(id))
 			}
 			plan.key = key
 		}
-		if plan.local && !e.localEngine {
+		if plan.local && (!e.localEngine || plan.runDir == "") {
 			// A local session seen through a remote connection: its agent
 			// serves only callers on its own host.
 			return nil, fmt.Errorf("%w: session %s serves callers on the Engine's host only", ErrAgentUnavailable, shortID(id))

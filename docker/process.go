@@ -35,7 +35,6 @@ type Process struct {
 	done      chan struct{}
 	res       runbox.Result
 	err       error
-	escalated atomic.Int32 // Terminate escalations (at most one)
 	termOnce  sync.Once
 	closeOnce sync.Once
 	closeErr  error
@@ -264,7 +263,6 @@ func (p *Process) Signal(sig runbox.ProcessSignal) error {
 				select {
 				case <-p.done:
 				case <-t.C:
-					p.escalated.Add(1)
 					_ = p.call.Cancel()
 				}
 			}()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"os"
-	"strings"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -36,8 +35,7 @@ func (e *Executor) Reap(ctx context.Context) ([]string, error) {
 		if lease == "" || lease == leaseLabel(0) {
 			continue
 		}
-		_, agentSession := parseAgentEntrypointCommand(c.Command)
-		if agentSession && c.State == "running" {
+		if c.Labels[LabelAgent] != "" && c.State == "running" {
 			continue // its lease ends it
 		}
 		created := time.Unix(c.Created, 0)
@@ -52,15 +50,6 @@ func (e *Executor) Reap(ctx context.Context) ([]string, error) {
 		removed = append(removed, c.ID)
 	}
 	return removed, errors.Join(errs...)
-}
-
-// parseAgentEntrypointCommand tells an agent session from the command line
-// the Engine lists for a container.
-func parseAgentEntrypointCommand(command string) ([]string, bool) {
-	if !strings.HasPrefix(command, agentInPath+" agent init ") {
-		return nil, false
-	}
-	return strings.Fields(command), true
 }
 
 // ownerGone reports whether owner names a process of this host that no

@@ -337,6 +337,8 @@ func (s *Session) snapshotConfig(labels map[string]string) *container.Config {
 	if s.plan != nil {
 		cfg.Entrypoint = s.plan.lifetime
 		cfg.Labels[LabelLease] = ""
+		cfg.Labels[LabelAgent] = ""
+		cfg.Labels[LabelLifetime] = ""
 		if !s.plan.local {
 			cfg.Labels[LabelAgentKey] = ""
 		}

@@ -6,18 +6,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"runtime"
-	"strings"
 	"syscall"
 
 	"github.com/creack/pty"
 	"golang.org/x/sys/unix"
 
 	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/execpath"
 )
 
 // ttySupported reports whether PrepareProcess accepts TTY.
@@ -25,7 +23,7 @@ const ttySupported = true
 
 // defaultPath is the child's PATH when the caller has none, and the search
 // path when a child environment has no PATH (as execvp does).
-const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+const defaultPath = execpath.DefaultPath
 
 // baseEnvKeys are the variables a child receives from the caller by
 // default.
@@ -67,57 +65,9 @@ func shellArgv(command string) ([]string, string, error) {
 	return []string{"/bin/sh", "-c", command}, "", nil
 }
 
-// lookPath resolves file like execvp, but in the child's PATH (pathEnv)
-// rather than the caller's. A name containing a slash is taken relative to
-// dir. Relative PATH entries are skipped: what they name would depend on
-// the working directory, the hazard exec.ErrDot guards against.
+// lookPath resolves file in the child's PATH (see execpath.Look).
 func lookPath(file, dir, pathEnv string) (string, error) {
-	if strings.Contains(file, "/") {
-		p := file
-		if !filepath.IsAbs(p) {
-			base := dir
-			if base == "" {
-				wd, err := os.Getwd()
-				if err != nil {
-					return "", err
-				}
-				base = wd
-			}
-			p = filepath.Join(base, p)
-		}
-		if err := executable(p); err != nil {
-			return "", &exec.Error{Name: file, Err: err}
-		}
-		return p, nil
-	}
-	if pathEnv == "" {
-		pathEnv = defaultPath
-	}
-	for _, d := range filepath.SplitList(pathEnv) {
-		if !filepath.IsAbs(d) {
-			continue
-		}
-		if p := filepath.Join(d, file); executable(p) == nil {
-			return p, nil
-		}
-	}
-	return "", &exec.Error{Name: file, Err: exec.ErrNotFound}
-}
-
-// executable reports whether p is a file with an execute bit; the kernel
-// makes the final decision at exec.
-func executable(p string) error {
-	fi, err := os.Stat(p)
-	if err != nil {
-		return err
-	}
-	if fi.IsDir() {
-		return syscall.EISDIR
-	}
-	if fi.Mode()&0o111 == 0 {
-		return fs.ErrPermission
-	}
-	return nil
+	return execpath.Look(file, dir, pathEnv)
 }
 
 // unixSignal maps a portable signal to the Unix one.

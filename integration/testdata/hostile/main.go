@@ -144,7 +144,6 @@ func forge(c net.Conn, stolen *os.File) {
 			_ = json.Unmarshal(f.Payload, &h)
 			_ = agent.WriteJSON(c, agent.TypeHello, 0, agent.Hello{Version: h.Version, Pid: 1})
 		case agent.TypeStart:
-			_ = agent.WriteJSON(c, agent.TypeAccepted, f.ID, struct{}{})
 			_ = agent.WriteJSON(c, agent.TypeStarted, f.ID, agent.Started{Pid: 1})
 			_ = agent.WriteFrame(c, agent.Frame{Type: agent.TypeStdout, ID: f.ID, Payload: []byte("forged\n")})
 			_ = agent.WriteJSON(c, agent.TypeExit, f.ID, agent.Exit{Code: 0})
