@@ -104,6 +104,19 @@ func (c Command) Validate() error {
 	return nil
 }
 
+// ValidateStart checks c for Starter.Start: as Validate, and it refuses
+// Stdin and Resize, which a streaming process replaces with its own Stdin
+// and Resize rather than ignore silently.
+func (c Command) ValidateStart() error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	if c.Stdin != nil || c.Resize != nil {
+		return fmt.Errorf("%w: a started process takes input and terminal sizes through its own Stdin and Resize, not Command.Stdin and Command.Resize", ErrInvalidCommand)
+	}
+	return nil
+}
+
 // ValidateEnv checks KEY=VALUE entries: each needs a non-empty key, an "="
 // and no NUL byte.
 func ValidateEnv(env []string) error {

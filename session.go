@@ -100,6 +100,9 @@ func (s Spec) Validate() error {
 type Session interface {
 	// ID identifies the session to its backend.
 	ID() string
+	// Starter starts a process whose streams the caller drives; a session
+	// that cannot stream returns an error wrapping ErrUnsupported.
+	Starter
 	// Run executes cmd and waits for it. A nonzero exit is a Result.
 	Run(ctx context.Context, cmd Command, streams Streams) (Result, error)
 	// Snapshot captures the session's writable layer as a new image.
@@ -109,4 +112,14 @@ type Session interface {
 	// works even when ctx is already cancelled, and is idempotent; later
 	// calls on the session return ErrSessionClosed.
 	Close(ctx context.Context) error
+}
+
+// Starter starts a process whose streams the caller drives, from the same
+// Command that Run takes. Docker sessions and the host executor implement
+// it, so one code path streams on either backend. Command.Stdin and
+// Command.Resize belong to Run; the process's own Stdin and Resize take
+// their place, and a Command that sets them is refused (see
+// Command.ValidateStart).
+type Starter interface {
+	Start(ctx context.Context, cmd Command) (StreamingProcess, error)
 }

@@ -52,14 +52,14 @@ const DefaultTerminateGrace = 5 * time.Second
 const streamWindow = 1 << 20
 
 // Start starts cmd in the session and returns at once with a streaming
-// handle. It needs the session's agent; a plain-exec session returns an
-// error wrapping runbox.ErrUnsupported. cmd.Stdin, cmd.Resize and the
-// Streams are not used: the handle's Stdin, Resize, Stdout and Stderr take
-// their place. The session's other calls wait until the process has ended
+// handle (a *Process). It needs the session's agent; a plain-exec session
+// returns an error wrapping runbox.ErrUnsupported. The handle's Stdin,
+// Resize, Stdout and Stderr take the place of cmd.Stdin and cmd.Resize
+// (refused when set) and of Run's Streams. The session's other calls wait until the process has ended
 // or was closed, as calls on one session are serial; a Start that waits
 // for them past ctx's end returns an error wrapping runbox.ErrCancelled.
-func (s *Session) Start(ctx context.Context, cmd runbox.Command) (*Process, error) {
-	if err := cmd.Validate(); err != nil {
+func (s *Session) Start(ctx context.Context, cmd runbox.Command) (runbox.StreamingProcess, error) {
+	if err := cmd.ValidateStart(); err != nil {
 		return nil, err
 	}
 	if s.plan == nil {

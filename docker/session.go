@@ -61,6 +61,13 @@ func (e *Executor) Open(ctx context.Context, spec runbox.Spec) (runbox.Session, 
 	return s, nil
 }
 
+// OpenSession is Open for callers that hold the Docker backend itself: it
+// returns the *Session, whose Docker-only reports (Agent, AgentAuth,
+// LifetimeContainment) and Detach need no type assertion.
+func (e *Executor) OpenSession(ctx context.Context, spec runbox.Spec) (*Session, error) {
+	return e.open(ctx, spec)
+}
+
 func (e *Executor) open(ctx context.Context, spec runbox.Spec) (*Session, error) {
 	if err := spec.Validate(); err != nil {
 		return nil, err

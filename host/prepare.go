@@ -206,3 +206,32 @@ func (pp *PreparedProcess) Close() error {
 	}
 	return nil
 }
+
+// Start prepares and starts cmd, as PrepareProcess and
+// PreparedProcess.Start do, for callers that hold a runbox.Starter: the
+// same Command starts a streaming process on the host or in a Docker
+// session. It returns a *Process.
+func (e *Executor) Start(ctx context.Context, cmd runbox.Command) (runbox.StreamingProcess, error) {
+	if err := cmd.ValidateStart(); err != nil {
+		return nil, err
+	}
+	pp, err := e.PrepareProcess(ctx, ProcessOptions{
+		Directory: cmd.Dir, Argv: cmd.Args, Env: cmd.Env, CleanEnv: cmd.CleanEnv,
+		TTY: cmd.TTY, TTYSize: cmd.TermSize,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Starting(); err != nil {
+		pp.Close()
+		return nil, err
+	}
+	p, err := pp.Start(ctx)
+	if err != nil {
+		pp.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+var _ runbox.Starter = (*Executor)(nil)

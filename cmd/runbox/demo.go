@@ -14,7 +14,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/runbox-dev/runbox"
-	"github.com/runbox-dev/runbox/docker"
 	"github.com/runbox-dev/runbox/internal/testimage"
 )
 
@@ -62,13 +61,13 @@ func demo(ctx context.Context, out io.Writer, keep bool) (err error) {
 
 	spec := runbox.Spec{Image: base, Process: []string{"sleep", "1000000"}, Init: true}
 	step("opening a session (network: none, lifetime process: %s)", strings.Join(spec.Process, " "))
-	s, err := e.Open(ctx, spec)
+	s, err := e.OpenSession(ctx, spec)
 	if err != nil {
 		return err
 	}
 	defer closeSession(s, &err)
 	mode := "plain Engine exec (this runbox binary is not static, so it cannot be the agent)"
-	if ds, ok := s.(*docker.Session); ok && ds.Agent() {
+	if s.Agent() {
 		mode = "the runbox agent (PID 1 of the session)"
 	}
 	fmt.Fprintf(out, "    session %s; commands run through %s\n", s.ID()[:12], mode)
@@ -105,7 +104,7 @@ func demo(ctx context.Context, out io.Writer, keep bool) (err error) {
 	}
 	fmt.Fprintf(out, "    exit code %d; stdout sanitised %q, raw %q\n", o.ExitCode, o.Stdout, o.RawStdout)
 	stopped := "its process group was killed"
-	if ds, ok := s.(*docker.Session); !ok || !ds.Agent() {
+	if !s.Agent() {
 		stopped = "plain exec cannot stop it: it ends with the session"
 	}
 	step("Collect `sleep 60` with a 1 s timeout")

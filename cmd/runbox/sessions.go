@@ -218,13 +218,21 @@ func runInSession(parent context.Context, s runbox.Session, c runbox.Command, ti
 	if c.TTY {
 		c.TermSize = currentSize()
 	}
-	if ds, ok := s.(*docker.Session); ok && ds.Agent() && (c.TTY || interactive) {
-		p, err := ds.Start(runCtx, c)
-		if err != nil {
+	if c.TTY || interactive {
+		// driveProcess wires this process's stdin and terminal to the
+		// process's own Stdin and Resize.
+		sc := c
+		sc.Stdin, sc.Resize = nil, nil
+		p, err := s.Start(runCtx, sc)
+		if err == nil {
+			res, err := driveProcess(runCtx, p, streams, c.TTY, interactive)
+			return finish(res, err)
+		}
+		if !errors.Is(err, runbox.ErrUnsupported) {
 			return finish(runbox.Result{ExitCode: -1}, err)
 		}
-		res, err := driveProcess(runCtx, p, streams, c.TTY, interactive)
-		return finish(res, err)
+		// A session without streaming (plain exec): Run carries stdin,
+		// the terminal and its resizes.
 	}
 	if c.TTY {
 		restore, resize := setupTerminal(ctx, interactive)
