@@ -130,8 +130,22 @@ const HelperEnv = "RUNBOX_HELPER"
 var (
 	helpersMu   sync.Mutex
 	helpers     = map[string]func() int{}
+	pathHelpers = map[string]func() int{}
 	initialized atomic.Bool
 )
+
+// RegisterHelperPath makes main the helper of a process started under the
+// absolute program name path (its argv[0]), such as a Docker session's
+// agent, which the Engine starts from a reserved path with no say over its
+// environment. Backends call it from an init function.
+func RegisterHelperPath(path string, main func() int) {
+	helpersMu.Lock()
+	defer helpersMu.Unlock()
+	if _, dup := pathHelpers[path]; dup || !strings.HasPrefix(path, "/") {
+		panic(fmt.Sprintf("runbox: RegisterHelperPath(%q): invalid or duplicate path", path))
+	}
+	pathHelpers[path] = main
+}
 
 // RegisterHelper makes main available as the helper called name, run by
 // [Init] in a process re-executed with HelperEnv=name. Backends call it
@@ -146,11 +160,18 @@ func RegisterHelper(name string, main func() int) {
 }
 
 // Init must be the first call in main (and in TestMain) of any program that
-// confines host processes. In a process that a backend re-executed as a
-// helper (for example the Linux sandbox's stage 2) it runs that helper and
-// exits, so nothing else of the program runs there; otherwise it returns at
-// once and records that the program is ready to confine.
+// confines host processes, or that should serve as its own agent in Docker
+// sessions. In a process that a backend re-executed as a helper (for
+// example the Linux sandbox's stage 2, or a session's agent) it runs that
+// helper and exits, so nothing else of the program runs there; otherwise
+// it returns at once and records that the program is ready.
 func Init() {
+	helpersMu.Lock()
+	byPath := pathHelpers[os.Args[0]]
+	helpersMu.Unlock()
+	if byPath != nil {
+		os.Exit(byPath())
+	}
 	name, ok := os.LookupEnv(HelperEnv)
 	if !ok {
 		initialized.Store(true)

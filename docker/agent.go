@@ -97,7 +97,8 @@ func WithoutAgent() Option {
 }
 
 // agentCandidates lists where an agent may be: the option, $RUNBOX_AGENT,
-// then runbox on PATH.
+// this very program when it called runbox.Init (its agent speaks its own
+// protocol version), then runbox on PATH.
 func (e *Executor) agentCandidates() []string {
 	if e.agentPath != "" {
 		return []string{e.agentPath}
@@ -105,10 +106,14 @@ func (e *Executor) agentCandidates() []string {
 	if p := os.Getenv(EnvAgent); p != "" {
 		return []string{p}
 	}
-	if p, err := exec.LookPath("runbox"); err == nil {
-		return []string{p}
+	var out []string
+	if p := selfAgent(); p != "" {
+		out = append(out, p)
 	}
-	return nil
+	if p, err := exec.LookPath("runbox"); err == nil {
+		out = append(out, p)
+	}
+	return out
 }
 
 var elfMachines = map[string]elf.Machine{

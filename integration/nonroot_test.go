@@ -71,7 +71,10 @@ func runAs(t *testing.T, cred *syscall.Credential, name string, args ...string) 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/tmp", "RUNBOX_AGENT=" + filepath.Join(filepath.Dir(name), "runbox")}
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "HOME=/tmp"}
+	if agentBin := filepath.Join(filepath.Dir(name), "runbox"); fileExists(agentBin) {
+		cmd.Env = append(cmd.Env, "RUNBOX_AGENT="+agentBin)
+	}
 	if host := os.Getenv("DOCKER_HOST"); host != "" {
 		cmd.Env = append(cmd.Env, "DOCKER_HOST="+host)
 	}
@@ -114,4 +117,24 @@ func TestAgentForDockerGroupUser(t *testing.T) {
 	assert.Equal(t, "s3cr3t\n", r.stdout)
 	r = runAs(t, cred, runbox, "close", id)
 	assert.Equal(t, 0, r.code, r.stderr)
+}
+
+// TestProgramIsItsOwnAgent: a static library program that calls
+// runbox.Init first gets agent sessions with no runbox binary anywhere:
+// it serves as its own agent.
+func TestProgramIsItsOwnAgent(t *testing.T) {
+	prog := filepath.Join(t.TempDir(), "selfagent")
+	build := exec.Command("go", "build", "-o", prog, "./testdata/selfagent")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "%s", out)
+	dir := userDir(t, prog)
+	r := runAs(t, nil, filepath.Join(dir, "selfagent"), fixtureRef, labelRun+"="+runID)
+	require.Equal(t, 0, r.code, "%s%s", r.stdout, r.stderr)
+	assert.Equal(t, "agent kernel, exit 4, pid 1: /dev/.runbox/bin/runbox agent init --dial /dev/.runbox/run --lease 15s -- sleep 1000000 \n", r.stdout)
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
