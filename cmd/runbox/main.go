@@ -116,7 +116,7 @@ Exit status: the command's own; 124 on --timeout; 128+N after signal N;
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
 	root.AddCommand(newVersion(), newDemo(), newImage(), newOpen(), newExec(), newShell(),
-		newSnapshot(), newClose(), newLs(), newPrune(), newRun(), newHost(), newAgent(), newRenew())
+		newSnapshot(), newClose(), newLs(), newPrune(), newRun(), newHost(), newAgent(), newRenew(), newCp())
 	return root
 }
 
