@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"unsafe"
 
+	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
 
@@ -37,65 +38,106 @@ const nsCloneFlags = unix.CLONE_NEWUSER | unix.CLONE_NEWNS | unix.CLONE_NEWPID |
 	unix.CLONE_NEWNET | unix.CLONE_NEWUTS | unix.CLONE_NEWIPC | unix.CLONE_NEWCGROUP |
 	unix.CLONE_NEWTIME
 
-// Offsets into struct seccomp_data.
+// Offsets of the 32-bit words the filter reads in struct seccomp_data
+// (int nr; __u32 arch; __u64 instruction_pointer; __u64 args[6]). A
+// 32-bit load of an argument reads its low half on a little-endian
+// machine, which amd64 and arm64 are.
 const (
 	seccompNr   = 0
 	seccompArch = 4
-	seccompArg0 = 16 // low 32 bits on little-endian
+	seccompArg0 = 16
 	seccompArg1 = 24
 )
 
-// seccompFilter builds the sandbox's BPF program. A foreign architecture
-// (a 32-bit ABI on a 64-bit kernel) kills the process, since its syscall
-// numbers mean different things; x32 numbers on amd64 are refused. clone3
-// returns ENOSYS, because its flags live in memory the filter cannot read,
-// so that libc falls back to clone, whose namespace flags are checked.
-// TIOCSTI and TIOCLINUX, which can push input into a terminal, are refused.
-func seccompFilter() []unix.SockFilter {
-	stmt := func(code uint16, k uint32) unix.SockFilter { return unix.SockFilter{Code: code, K: k} }
-	jump := func(code uint16, k uint32, jt, jf uint8) unix.SockFilter {
-		return unix.SockFilter{Code: code, K: k, Jt: jt, Jf: jf}
-	}
-	const (
-		ld   = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
-		jeq  = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
-		jge  = unix.BPF_JMP | unix.BPF_JGE | unix.BPF_K
-		jset = unix.BPF_JMP | unix.BPF_JSET | unix.BPF_K
-		ret  = unix.BPF_RET | unix.BPF_K
-	)
-	eperm := uint32(unix.SECCOMP_RET_ERRNO) | uint32(unix.EPERM)
-	enosys := uint32(unix.SECCOMP_RET_ERRNO) | uint32(unix.ENOSYS)
-	allow := uint32(unix.SECCOMP_RET_ALLOW)
+// The filter's verdicts.
+const (
+	seccompAllow  = uint32(unix.SECCOMP_RET_ALLOW)
+	seccompKill   = uint32(unix.SECCOMP_RET_KILL_PROCESS)
+	seccompEPERM  = uint32(unix.SECCOMP_RET_ERRNO) | uint32(unix.EPERM)
+	seccompENOSYS = uint32(unix.SECCOMP_RET_ERRNO) | uint32(unix.ENOSYS)
+)
 
-	f := []unix.SockFilter{
-		stmt(ld, seccompArch),
-		jump(jeq, auditArch, 1, 0),
-		stmt(ret, unix.SECCOMP_RET_KILL_PROCESS),
-		stmt(ld, seccompNr),
-	}
+// seccompProgram is the sandbox's filter as BPF instructions. A foreign
+// architecture (a 32-bit ABI on a 64-bit kernel) kills the process, since
+// its syscall numbers mean different things; x32 numbers on amd64 are
+// refused. clone3 returns ENOSYS, because its flags live in memory the
+// filter cannot read, so that libc falls back to clone, whose namespace
+// flags are checked. TIOCSTI and TIOCLINUX, which can push input into a
+// terminal, are refused. Everything else is allowed.
+func seccompProgram() []bpf.Instruction {
+	p := seq(
+		load(seccompArch),
+		when(bpf.JumpNotEqual, auditArch, ret(seccompKill)),
+		load(seccompNr),
+	)
 	if x32Bit != 0 {
-		f = append(f, jump(jge, x32Bit, 0, 1), stmt(ret, eperm))
+		p = append(p, when(bpf.JumpGreaterOrEqual, x32Bit, ret(seccompEPERM))...)
 	}
 	for _, nr := range deniedSyscalls {
-		f = append(f, jump(jeq, uint32(nr), 0, 1), stmt(ret, eperm))
+		p = append(p, when(bpf.JumpEqual, uint32(nr), ret(seccompEPERM))...)
 	}
-	f = append(f,
-		jump(jeq, unix.SYS_CLONE3, 0, 1), stmt(ret, enosys),
+	return append(p, seq(
+		when(bpf.JumpEqual, unix.SYS_CLONE3, ret(seccompENOSYS)),
 		// clone: refuse namespace flags (flags are the first argument on
 		// both amd64 and arm64).
-		jump(jeq, unix.SYS_CLONE, 0, 4),
-		stmt(ld, seccompArg0),
-		jump(jset, nsCloneFlags, 0, 1),
-		stmt(ret, eperm),
-		stmt(ret, allow),
+		when(bpf.JumpEqual, unix.SYS_CLONE,
+			load(seccompArg0),
+			when(bpf.JumpBitsSet, nsCloneFlags, ret(seccompEPERM)),
+			ret(seccompAllow),
+		),
 		// ioctl: refuse terminal input injection.
-		jump(jeq, unix.SYS_IOCTL, 0, 4),
-		stmt(ld, seccompArg1),
-		jump(jeq, unix.TIOCSTI, 1, 0),
-		jump(jeq, unix.TIOCLINUX, 0, 1),
-		stmt(ret, eperm),
-		stmt(ret, allow),
-	)
+		when(bpf.JumpEqual, unix.SYS_IOCTL,
+			load(seccompArg1),
+			when(bpf.JumpEqual, unix.TIOCSTI, ret(seccompEPERM)),
+			when(bpf.JumpEqual, unix.TIOCLINUX, ret(seccompEPERM)),
+			ret(seccompAllow),
+		),
+		ret(seccompAllow),
+	)...)
+}
+
+// The filter is built from fragments, so that no jump is counted by hand.
+
+// load reads the 32-bit word of seccomp_data at off into the accumulator.
+func load(off uint32) []bpf.Instruction {
+	return []bpf.Instruction{bpf.LoadAbsolute{Off: off, Size: 4}}
+}
+
+// ret ends the filter with a verdict.
+func ret(verdict uint32) []bpf.Instruction {
+	return []bpf.Instruction{bpf.RetConstant{Val: verdict}}
+}
+
+// seq joins fragments.
+func seq(frags ...[]bpf.Instruction) []bpf.Instruction {
+	var out []bpf.Instruction
+	for _, f := range frags {
+		out = append(out, f...)
+	}
+	return out
+}
+
+// when runs the block made of frags if the accumulator passes cond against
+// val, and skips it otherwise; a block that does not return falls through
+// to what follows it.
+func when(cond bpf.JumpTest, val uint32, frags ...[]bpf.Instruction) []bpf.Instruction {
+	block := seq(frags...)
+	if len(block) > 255 {
+		panic("seccomp: a conditional block longer than a BPF jump can skip")
+	}
+	return append([]bpf.Instruction{bpf.JumpIf{Cond: cond, Val: val, SkipFalse: uint8(len(block))}}, block...)
+}
+
+// seccompFilter assembles seccompProgram for the kernel.
+func seccompFilter() []unix.SockFilter {
+	raw, err := bpf.Assemble(seccompProgram())
+	if err != nil {
+		panic("seccomp: " + err.Error()) // the program is fixed; tests assemble it
+	}
+	f := make([]unix.SockFilter, len(raw))
+	for i, r := range raw {
+		f[i] = unix.SockFilter{Code: r.Op, Jt: r.Jt, Jf: r.Jf, K: r.K}
+	}
 	return f
 }
 
