@@ -16,10 +16,12 @@ test: vet cross
 
 ## unit: the tests that need no Docker Engine
 unit:
-	$(GO) test -race -count=1 . ./agent/ ./docker/ ./host/ ./cmd/runbox/
+	$(GO) test -race -count=1 . ./internal/agent/ ./docker/ ./host/ ./cmd/runbox/
 
+## vet: go vet, gofmt, and a tidy go.mod/go.sum
 vet:
 	$(GO) vet $(PKGS)
+	$(GO) mod tidy -diff
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { gofmt -l $$(git ls-files '*.go'); echo "gofmt needed"; exit 1; }
 
 ## cross: the macOS and Windows code must at least compile and vet
@@ -35,7 +37,7 @@ bench:
 
 ## fuzz: fuzz the agent's frame decoder for a while
 fuzz:
-	$(GO) test -run '^$$' -fuzz FuzzReader -fuzztime 60s ./agent/
+	$(GO) test -run '^$$' -fuzz FuzzReader -fuzztime 60s ./internal/agent/
 
 ## build: a static runbox, which can also serve as the in-session agent
 build:

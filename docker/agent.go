@@ -23,7 +23,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/runbox-dev/runbox"
-	"github.com/runbox-dev/runbox/agent"
+	"github.com/runbox-dev/runbox/internal/agent"
 )
 
 // EnvAgent names the runbox binary to use as the in-session agent.

@@ -16,7 +16,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/runbox-dev/runbox"
-	"github.com/runbox-dev/runbox/agent"
+	"github.com/runbox-dev/runbox/internal/agent"
 )
 
 // fullIDPattern matches a complete container ID.

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/runbox-dev/runbox"
-	"github.com/runbox-dev/runbox/agent"
+	"github.com/runbox-dev/runbox/internal/agent"
 )
 
 // Process is a command started in a session with Session.Start, whose

@@ -4,7 +4,7 @@ import (
 	"os"
 
 	"github.com/runbox-dev/runbox"
-	"github.com/runbox-dev/runbox/agent"
+	"github.com/runbox-dev/runbox/internal/agent"
 )
 
 // A program that links this package and calls runbox.Init first can be

@@ -17,7 +17,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/runbox-dev/runbox"
-	"github.com/runbox-dev/runbox/agent"
+	"github.com/runbox-dev/runbox/internal/agent"
 )
 
 // Session is one running container. Its methods are safe for concurrent use

@@ -18,8 +18,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/runbox-dev/runbox"
-	"github.com/runbox-dev/runbox/agent"
 	"github.com/runbox-dev/runbox/docker"
+	"github.com/runbox-dev/runbox/internal/agent"
 )
 
 // The code under test runs as root in the session, beside the agent. These

@@ -5,8 +5,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/runbox-dev/runbox/agent"
 	"github.com/runbox-dev/runbox/docker"
+	"github.com/runbox-dev/runbox/internal/agent"
 )
 
 // newAgent is the in-session agent, hidden: runbox copies or binds its own

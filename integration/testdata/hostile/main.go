@@ -19,7 +19,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/runbox-dev/runbox/agent"
+	"github.com/runbox-dev/runbox/internal/agent"
 )
 
 const reserved = "/dev/.runbox"
