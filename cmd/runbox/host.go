@@ -163,8 +163,8 @@ are only ever added. stdout stays the command's own.`,
 		}
 		streams := runbox.Streams{Stdout: os.Stdout, Stderr: stderr}
 		if limit > 0 {
-			lw := &limitWriter{left: limit, exceeded: func() { cancel(runbox.ErrOutputLimit) }}
-			streams = runbox.Streams{Stdout: lw.to(os.Stdout), Stderr: lw.to(stderr)}
+			// The same limit writer as exec, run and Collect.
+			streams = runbox.NewLimiter(runbox.OutputLimit{Combined: limit}, streams, func() { cancel(runbox.ErrOutputLimit) }).Streams()
 		}
 		res, err := e.Run(runCtx, c, streams)
 		if err != nil && errors.Is(context.Cause(runCtx), runbox.ErrOutputLimit) {
@@ -386,38 +386,3 @@ func runHostTTY(ctx context.Context, e *host.Executor, c runbox.Command) (runbox
 	<-copied
 	return res, nil
 }
-
-// limitWriter passes on at most left bytes in total across the writers it
-// hands out, then calls exceeded once.
-type limitWriter struct {
-	mu       sync.Mutex
-	left     int64
-	once     sync.Once
-	exceeded func()
-}
-
-func (l *limitWriter) to(w io.Writer) io.Writer {
-	return writerFunc(func(p []byte) (int, error) {
-		l.mu.Lock()
-		n := int64(len(p))
-		over := n > l.left
-		if over {
-			n = l.left
-		}
-		l.left -= n
-		l.mu.Unlock()
-		if n > 0 {
-			if _, err := w.Write(p[:n]); err != nil {
-				return 0, err
-			}
-		}
-		if over {
-			l.once.Do(l.exceeded)
-		}
-		return len(p), nil
-	})
-}
-
-type writerFunc func([]byte) (int, error)
-
-func (f writerFunc) Write(p []byte) (int, error) { return f(p) }

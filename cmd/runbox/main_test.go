@@ -102,21 +102,6 @@ func TestExecuteMapsFailuresTo125(t *testing.T) {
 	assert.Contains(t, string(msg), "--timeout")
 }
 
-func TestLimitWriter(t *testing.T) {
-	var a, b bytes.Buffer
-	hits := 0
-	lw := &limitWriter{left: 5, exceeded: func() { hits++ }}
-	wa, wb := lw.to(&a), lw.to(&b)
-	n, err := wa.Write([]byte("abc"))
-	require.NoError(t, err)
-	assert.Equal(t, 3, n)
-	_, _ = wb.Write([]byte("defg"))
-	_, _ = wa.Write([]byte("h"))
-	assert.Equal(t, "abc", a.String())
-	assert.Equal(t, "de", b.String())
-	assert.Equal(t, 1, hits)
-}
-
 func TestOwnerGone(t *testing.T) {
 	host, _ := os.Hostname()
 	now := time.Now()
