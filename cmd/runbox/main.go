@@ -45,6 +45,8 @@ func main() {
 // execute runs the command line and returns the process exit status.
 func execute(args []string) int {
 	root := newRoot()
+	root.InitDefaultCompletionCmd(args...)
+	requireSubcommands(root)
 	root.SetArgs(args)
 	err := root.Execute()
 	if err == nil {
@@ -118,6 +120,25 @@ Exit status: the command's own; 124 on --timeout; 128+N after signal N;
 	root.AddCommand(newVersion(), newDemo(), newImage(), newOpen(), newExec(), newShell(),
 		newSnapshot(), newClose(), newLs(), newPrune(), newRun(), newHost(), newAgent(), newRenew(), newCp())
 	return root
+}
+
+// requireSubcommands makes every command that only groups others (image,
+// completion) fail on a missing or unknown subcommand instead of printing
+// its help with status 0.
+func requireSubcommands(c *cobra.Command) {
+	for _, sub := range c.Commands() {
+		requireSubcommands(sub)
+	}
+	if c == c.Root() || !c.HasSubCommands() || c.Runnable() {
+		return
+	}
+	c.Args = cobra.ArbitraryArgs
+	c.RunE = func(cmd *cobra.Command, args []string) error {
+		if len(args) == 0 {
+			return usageError(fmt.Errorf("%s needs a subcommand", cmd.CommandPath()))
+		}
+		return usageError(fmt.Errorf("unknown command %q for %q", args[0], cmd.CommandPath()))
+	}
 }
 
 func usageError(err error) error { return fmt.Errorf("%w (see --help)", err) }

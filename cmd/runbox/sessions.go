@@ -127,6 +127,9 @@ ends or the session is closed.`,
 			if err != nil {
 				return err
 			}
+			if err := checkTTY(xf); err != nil {
+				return err
+			}
 			timeout, err := xf.parseTimeout()
 			if err != nil {
 				return err
@@ -184,6 +187,15 @@ terminal however the command ends. It needs a terminal on stdin.`,
 	cmd.Flags().StringVarP(&dir, "workdir", "w", "", "working directory")
 	cmd.Flags().StringArrayVarP(&env, "env", "e", nil, "environment entry K=V (repeatable)")
 	return cmd
+}
+
+// checkTTY refuses -it when stdin is not a terminal, as docker does,
+// instead of waiting on a terminal that is not there.
+func checkTTY(xf execFlags) error {
+	if xf.tty && xf.interactive && !isTerminal(os.Stdin) {
+		return &exitCode{code: 1, msg: "the input device is not a TTY"}
+	}
+	return nil
 }
 
 // runInSession runs c with this process's stdio and turns the outcome into
@@ -527,6 +539,9 @@ the image needs a sleep program unless --process names another.`,
 			}
 			c, err := xf.command(afterDash(args[1:]))
 			if err != nil {
+				return err
+			}
+			if err := checkTTY(xf); err != nil {
 				return err
 			}
 			timeout, err := xf.parseTimeout()
