@@ -7,6 +7,7 @@ import (
 	"context"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -235,3 +236,58 @@ func ownerOf(fi fs.FileInfo) string {
 	st := fi.Sys().(*syscall.Stat_t)
 	return strconv.Itoa(int(st.Uid)) + ":" + strconv.Itoa(int(st.Gid))
 }
+
+// benchTree makes a host tree of n files of size bytes each.
+func benchTree(b *testing.B, n, size int) string {
+	b.Helper()
+	dir := filepath.Join(b.TempDir(), "tree")
+	require.NoError(b, os.MkdirAll(dir, 0o755))
+	data := bytes.Repeat([]byte("r"), size)
+	for i := range n {
+		require.NoError(b, os.WriteFile(filepath.Join(dir, "f"+strconv.Itoa(i)), data, 0o644))
+	}
+	return dir
+}
+
+// benchCopy measures CopyIn and CopyOut of one tree against `docker cp`
+// in the same run (make bench pairs "runbox" with "docker-cp").
+func benchCopy(b *testing.B, n, size int) {
+	s := open(b, newExecutor(b, docker.WithoutAgent()), baseSpec()).(*docker.Session)
+	src := benchTree(b, n, size)
+	ctx := context.Background()
+	dockerCp := func(b *testing.B, args ...string) {
+		out, err := exec.Command("docker", append([]string{"cp"}, args...)...).CombinedOutput()
+		require.NoError(b, err, string(out))
+	}
+	b.Run("In/runbox", func(b *testing.B) {
+		b.SetBytes(int64(n * size))
+		for b.Loop() {
+			_, err := s.CopyIn(ctx, docker.CopyInOptions{Source: src, Dest: "/tmp"})
+			require.NoError(b, err)
+		}
+	})
+	b.Run("In/docker-cp", func(b *testing.B) {
+		b.SetBytes(int64(n * size))
+		for b.Loop() {
+			dockerCp(b, src, s.ID()+":/tmp")
+		}
+	})
+	b.Run("Out/runbox", func(b *testing.B) {
+		b.SetBytes(int64(n * size))
+		dest := b.TempDir()
+		for b.Loop() {
+			_, err := s.CopyOut(ctx, docker.CopyOutOptions{Source: "/tmp/tree", Dest: dest})
+			require.NoError(b, err)
+		}
+	})
+	b.Run("Out/docker-cp", func(b *testing.B) {
+		b.SetBytes(int64(n * size))
+		dest := b.TempDir()
+		for b.Loop() {
+			dockerCp(b, s.ID()+":/tmp/tree", dest)
+		}
+	})
+}
+
+func BenchmarkCopy100MiB(b *testing.B)    { benchCopy(b, 100, 1<<20) }
+func BenchmarkCopy1000Files(b *testing.B) { benchCopy(b, 1000, 1024) }
