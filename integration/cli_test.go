@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+	"github.com/moby/moby/client"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
@@ -268,9 +269,16 @@ func TestCLIInterruptedRunLeavesNothing(t *testing.T) {
 	var errb bytes.Buffer
 	cmd.Stderr = &errb
 	require.NoError(t, cmd.Start())
-	require.Eventually(t, func() bool { return len(containersOfRun(t, cli)) == 1 }, time.Minute, 50*time.Millisecond)
-	// The exec may not have started yet; either way Ctrl-C must clean up.
-	time.Sleep(300 * time.Millisecond)
+	// Ctrl-C once the command runs in the session, so that both the
+	// command and the session must be cleaned up.
+	require.Eventually(t, func() bool {
+		ids := containersOfRun(t, cli)
+		if len(ids) != 1 {
+			return false
+		}
+		top, err := cli.ContainerTop(context.Background(), ids[0], client.ContainerTopOptions{})
+		return err == nil && topHas(top, "sleep 1000")
+	}, time.Minute, 50*time.Millisecond, "the command runs in the session")
 	require.NoError(t, cmd.Process.Signal(os.Interrupt))
 	err := cmd.Wait()
 	var ee *exec.ExitError
