@@ -55,6 +55,12 @@ type Command struct {
 	// wrapping [ErrStartRefused] and the hook's error. Backends call it
 	// through [Command.Starting].
 	BeforeStart func() error
+	// OutputLimit, when set, bounds what the command may write to the
+	// Streams of Run: once it is passed the backend stops the command and
+	// Run returns an error wrapping ErrOutputLimit, never a Result, with
+	// the output up to the limit written. Start refuses it: a streaming
+	// process's caller reads, and so bounds, the output itself.
+	OutputLimit OutputLimit
 }
 
 // Starting calls c.BeforeStart, if set. A backend calls it once per
@@ -101,6 +107,9 @@ func (c Command) Validate() error {
 	if err := ValidateEnv(c.Env); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidCommand, err)
 	}
+	if c.OutputLimit.Stream < 0 || c.OutputLimit.Combined < 0 {
+		return fmt.Errorf("%w: negative output limit", ErrInvalidCommand)
+	}
 	return nil
 }
 
@@ -113,6 +122,9 @@ func (c Command) ValidateStart() error {
 	}
 	if c.Stdin != nil || c.Resize != nil {
 		return fmt.Errorf("%w: a started process takes input and terminal sizes through its own Stdin and Resize, not Command.Stdin and Command.Resize", ErrInvalidCommand)
+	}
+	if c.OutputLimit != (OutputLimit{}) {
+		return fmt.Errorf("%w: a started process's caller reads its output and bounds it; OutputLimit is for Run", ErrInvalidCommand)
 	}
 	return nil
 }

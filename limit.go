@@ -1,6 +1,7 @@
 package runbox
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"math"
@@ -133,4 +134,24 @@ func (w *boundedBuffer) Write(p []byte) (int, error) {
 	}
 	w.b = append(w.b, p...)
 	return len(p), nil
+}
+
+// RunLimited is how a backend's Run honours cmd.OutputLimit: it runs run
+// with streams held to the limit and a context that ends when the limit
+// is passed, and turns that end into an error wrapping ErrOutputLimit.
+// Without a limit it is run itself.
+func RunLimited(ctx context.Context, cmd Command, streams Streams, run func(context.Context, Streams) (Result, error)) (Result, error) {
+	if cmd.OutputLimit == (OutputLimit{}) {
+		return run(ctx, streams)
+	}
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	lim := NewLimiter(cmd.OutputLimit, streams, func() { cancel(ErrOutputLimit) })
+	res, err := run(ctx, lim.Streams())
+	if lerr := lim.Err(); lerr != nil {
+		// However the backend saw the stop (a kill, a cancellation), the
+		// command did not complete: its output was cut.
+		return Result{ExitCode: -1}, lerr
+	}
+	return res, err
 }

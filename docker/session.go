@@ -259,7 +259,9 @@ func containerConfig(spec runbox.Spec, owner string, now time.Time) (*container.
 // did not complete normally; the Result's ExitCode is then -1. See
 // docs/docker.md for what cancellation does to the started process.
 func (s *Session) Run(ctx context.Context, cmd runbox.Command, streams runbox.Streams) (runbox.Result, error) {
-	res, err := s.run(ctx, cmd, streams)
+	res, err := runbox.RunLimited(ctx, cmd, streams, func(ctx context.Context, streams runbox.Streams) (runbox.Result, error) {
+		return s.run(ctx, cmd, streams)
+	})
 	if err != nil {
 		return runbox.Result{ExitCode: -1}, err
 	}

@@ -301,6 +301,12 @@ func (e *Executor) Containment() runbox.LifetimeContainment {
 // [runbox.ErrProcessTTYUnsupported]; pipes never stand in for a terminal.
 // TermSize and Resize are ignored without TTY.
 func (e *Executor) Run(ctx context.Context, cmd runbox.Command, streams runbox.Streams) (runbox.Result, error) {
+	return runbox.RunLimited(ctx, cmd, streams, func(ctx context.Context, streams runbox.Streams) (runbox.Result, error) {
+		return e.run(ctx, cmd, streams)
+	})
+}
+
+func (e *Executor) run(ctx context.Context, cmd runbox.Command, streams runbox.Streams) (runbox.Result, error) {
 	failed := runbox.Result{ExitCode: -1}
 	if err := cmd.Validate(); err != nil {
 		return failed, err
