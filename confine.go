@@ -40,6 +40,31 @@ func (l GuaranteeLevel) String() string {
 // MarshalText encodes the level as its name, for JSON reports.
 func (l GuaranteeLevel) MarshalText() ([]byte, error) { return []byte(l.String()), nil }
 
+// UnmarshalText decodes a name written by MarshalText.
+func (l *GuaranteeLevel) UnmarshalText(b []byte) error {
+	for _, v := range []GuaranteeLevel{GuaranteeLevelNone, GuaranteeLevelDegraded, GuaranteeLevelFull} {
+		if string(b) == v.String() {
+			*l = v
+			return nil
+		}
+	}
+	return fmt.Errorf("runbox: unknown guarantee level %q", b)
+}
+
+// MarshalText encodes the containment level as its name, for JSON reports.
+func (c LifetimeContainment) MarshalText() ([]byte, error) { return []byte(c.String()), nil }
+
+// UnmarshalText decodes a name written by MarshalText.
+func (c *LifetimeContainment) UnmarshalText(b []byte) error {
+	for _, v := range []LifetimeContainment{LifetimeContainmentUnspecified, LifetimeContainmentBestEffort, LifetimeContainmentEnforced} {
+		if string(b) == v.String() {
+			*c = v
+			return nil
+		}
+	}
+	return fmt.Errorf("runbox: unknown lifetime containment %q", b)
+}
+
 // Guarantees is a report of what a backend really enforces for a process,
 // never a wish: a field is true only when the operating system enforces it.
 type Guarantees struct {
@@ -90,15 +115,15 @@ func (g Guarantees) Missing(want Guarantees) []string {
 // guaranteesJSON is the stable JSON shape of [Guarantees]; see
 // MarshalJSON.
 type guaranteesJSON struct {
-	Level           string   `json:"level"`
-	ProcessBoundary bool     `json:"processBoundary"`
-	WriteBoundary   bool     `json:"writeBoundary"`
-	ReadBoundary    bool     `json:"readBoundary"`
-	EnvScrub        bool     `json:"envScrub"`
-	NetworkBoundary bool     `json:"networkBoundary"`
-	ResourceLimits  bool     `json:"resourceLimits"`
-	Lifetime        string   `json:"lifetime"`
-	Mechanisms      []string `json:"mechanisms"`
+	Level           GuaranteeLevel      `json:"level"`
+	ProcessBoundary bool                `json:"processBoundary"`
+	WriteBoundary   bool                `json:"writeBoundary"`
+	ReadBoundary    bool                `json:"readBoundary"`
+	EnvScrub        bool                `json:"envScrub"`
+	NetworkBoundary bool                `json:"networkBoundary"`
+	ResourceLimits  bool                `json:"resourceLimits"`
+	Lifetime        LifetimeContainment `json:"lifetime"`
+	Mechanisms      []string            `json:"mechanisms"`
 }
 
 // MarshalJSON encodes g with lower-camel-case keys, the level and lifetime
@@ -110,16 +135,41 @@ func (g Guarantees) MarshalJSON() ([]byte, error) {
 		m = []string{}
 	}
 	return json.Marshal(guaranteesJSON{
-		Level:           g.Level.String(),
+		Level:           g.Level,
 		ProcessBoundary: g.ProcessBoundary,
 		WriteBoundary:   g.WriteBoundary,
 		ReadBoundary:    g.ReadBoundary,
 		EnvScrub:        g.EnvScrub,
 		NetworkBoundary: g.NetworkBoundary,
 		ResourceLimits:  g.ResourceLimits,
-		Lifetime:        g.Lifetime.String(),
+		Lifetime:        g.Lifetime,
 		Mechanisms:      m,
 	})
+}
+
+// UnmarshalJSON decodes what MarshalJSON wrote, such as the guarantees of
+// `runbox host --json`'s report. Keys it does not know are ignored, so a
+// newer report decodes; a level or lifetime it does not know is an error.
+func (g *Guarantees) UnmarshalJSON(b []byte) error {
+	var j guaranteesJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return err
+	}
+	if len(j.Mechanisms) == 0 {
+		j.Mechanisms = nil // MarshalJSON writes nil as []
+	}
+	*g = Guarantees{
+		ProcessBoundary: j.ProcessBoundary,
+		WriteBoundary:   j.WriteBoundary,
+		ReadBoundary:    j.ReadBoundary,
+		EnvScrub:        j.EnvScrub,
+		NetworkBoundary: j.NetworkBoundary,
+		ResourceLimits:  j.ResourceLimits,
+		Lifetime:        j.Lifetime,
+		Level:           j.Level,
+		Mechanisms:      j.Mechanisms,
+	}
+	return nil
 }
 
 // HelperEnv is the environment variable that marks a process as a
