@@ -292,17 +292,17 @@ func driveProcess(ctx context.Context, p runbox.StreamingProcess, streams runbox
 	return res, nil
 }
 
-// outcome maps a Run's result to the CLI's exit status.
+// outcome maps a Run's result to the CLI's exit status: the command's
+// own status as the backend reports it (128+N for a death by signal N, in
+// the numbering of the system that ran it), 124 when --timeout ends it,
+// 130 when runbox is interrupted, and an error (125) for runbox's own
+// failures.
 func outcome(sigCtx context.Context, timeout time.Duration, res runbox.Result, err error) error {
 	if err == nil {
-		code := res.ExitCode
-		if n := signalNumber(res.Signal); n > 0 {
-			code = 128 + n
-		}
-		if code == 0 {
+		if res.ExitCode == 0 {
 			return nil
 		}
-		return &exitCode{code: code}
+		return &exitCode{code: res.ExitCode}
 	}
 	if errors.Is(err, runbox.ErrCancelled) {
 		if sigCtx.Err() != nil {
@@ -313,15 +313,6 @@ func outcome(sigCtx context.Context, timeout time.Duration, res runbox.Result, e
 		}
 	}
 	return err
-}
-
-// signalNumber maps the common signal names; others yield 0.
-func signalNumber(name string) int {
-	return map[string]int{
-		"SIGHUP": 1, "SIGINT": 2, "SIGQUIT": 3, "SIGILL": 4, "SIGTRAP": 5, "SIGABRT": 6, "SIGBUS": 7,
-		"SIGFPE": 8, "SIGKILL": 9, "SIGUSR1": 10, "SIGSEGV": 11, "SIGUSR2": 12, "SIGPIPE": 13,
-		"SIGALRM": 14, "SIGTERM": 15,
-	}[name]
 }
 
 func newSnapshot() *cobra.Command {
