@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"slices"
+	"time"
 )
 
 // ProcessSignal is a portable request to a running process tree.
@@ -130,6 +131,11 @@ func (a ProcessAccess) Kind() ProcessAccessKind { return a.kind }
 
 // WritePaths returns a copy of the canonical write roots.
 func (a ProcessAccess) WritePaths() []string { return slices.Clone(a.paths) }
+
+// DefaultTerminateGrace is how long [ProcessSignalTerminate] waits, on
+// every backend, after the polite signal before it kills (once). Backends
+// take another with their WithTerminateGrace option.
+const DefaultTerminateGrace = 5 * time.Second
 
 // StreamingProcess is a started process whose standard streams the caller
 // drives. Both backends return one (host.Process and docker.Process), so a

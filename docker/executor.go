@@ -147,7 +147,7 @@ func WithRemoteEngine() Option {
 // unless options say otherwise. The API version is negotiated with the
 // Engine on first use; Engine API 1.41 and newer are supported.
 func New(opts ...Option) (*Executor, error) {
-	c := config{owner: defaultOwner(), closeTimeout: 30 * time.Second, termGrace: DefaultTerminateGrace, lease: DefaultLease}
+	c := config{owner: defaultOwner(), closeTimeout: 30 * time.Second, termGrace: runbox.DefaultTerminateGrace, lease: DefaultLease}
 	for _, o := range opts {
 		if err := o(&c); err != nil {
 			return nil, err

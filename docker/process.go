@@ -42,9 +42,6 @@ type Process struct {
 
 var _ runbox.StreamingProcess = (*Process)(nil)
 
-// DefaultTerminateGrace is how long Terminate waits before it kills.
-const DefaultTerminateGrace = 5 * time.Second
-
 // streamWindow is how much of one stream is buffered for a reader that is
 // not reading it, like a pipe's buffer: beyond it the process waits (its
 // output stops reaching the agent), but the other stream never waits for

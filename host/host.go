@@ -43,10 +43,11 @@ import (
 // [runbox.Result] with Signal set instead.
 var ErrSignaled = errors.New("host: process ended by a signal")
 
-// Default durations; see [WithGracePeriod] and [WithWaitDelay].
+// DefaultWaitDelay is how long Run waits for inherited pipes to close
+// after the process exited; see [WithWaitDelay]. Terminate's grace period
+// is [runbox.DefaultTerminateGrace], as on every backend.
 const (
-	DefaultGracePeriod = 2 * time.Second
-	DefaultWaitDelay   = time.Second
+	DefaultWaitDelay = time.Second
 	// cleanupTimeout bounds how long teardown waits for a killed tree to
 	// disappear before it reports runbox.ErrCleanup.
 	cleanupTimeout = 10 * time.Second
@@ -86,10 +87,10 @@ func WithInheritEnv() Option {
 	return func(c *config) error { c.inheritEnv = true; return nil }
 }
 
-// WithGracePeriod sets how long [runbox.ProcessSignalTerminate] waits after
-// SIGTERM before it kills the process tree. It must be positive; the
-// default is [DefaultGracePeriod].
-func WithGracePeriod(d time.Duration) Option {
+// WithTerminateGrace sets how long [runbox.ProcessSignalTerminate] waits
+// after SIGTERM before it kills the process tree. It must be positive; the
+// default is [runbox.DefaultTerminateGrace], the Docker backend's too.
+func WithTerminateGrace(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
 			return fmt.Errorf("host: grace period must be positive, got %v", d)
@@ -141,7 +142,7 @@ var _ runbox.Process = (*Executor)(nil)
 // hierarchy; when none is found, processes still run, with best-effort
 // containment.
 func New(opts ...Option) (*Executor, error) {
-	e := &Executor{cfg: config{grace: DefaultGracePeriod, waitDelay: DefaultWaitDelay}}
+	e := &Executor{cfg: config{grace: runbox.DefaultTerminateGrace, waitDelay: DefaultWaitDelay}}
 	for _, o := range opts {
 		if err := o(&e.cfg); err != nil {
 			return nil, err

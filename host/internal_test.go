@@ -71,7 +71,7 @@ func TestCaptureKeepsAtMostLimit(t *testing.T) {
 }
 
 func TestNewRejectsBadOptions(t *testing.T) {
-	for _, o := range []Option{WithGracePeriod(0), WithGracePeriod(-1), WithWaitDelay(0)} {
+	for _, o := range []Option{WithTerminateGrace(0), WithTerminateGrace(-1), WithWaitDelay(0)} {
 		if _, err := New(o); err == nil {
 			t.Error("accepted a non-positive duration")
 		}

@@ -287,7 +287,7 @@ func TestProcessWaitIsSharedAndCancellable(t *testing.T) {
 }
 
 func TestProcessSignals(t *testing.T) {
-	e := newExecutor(t, WithGracePeriod(time.Hour))
+	e := newExecutor(t, WithTerminateGrace(time.Hour))
 	cases := []struct {
 		sig  runbox.ProcessSignal
 		want runbox.Result
@@ -322,7 +322,7 @@ func TestProcessSignals(t *testing.T) {
 }
 
 func TestTerminateEscalatesExactlyOnce(t *testing.T) {
-	e := newExecutor(t, WithGracePeriod(50*time.Millisecond))
+	e := newExecutor(t, WithTerminateGrace(50*time.Millisecond))
 	// The exec'd sleep inherits the ignored SIGTERM.
 	p := start(t, e, ProcessOptions{Command: "trap '' TERM; echo ready; exec sleep 1000"})
 	readUntil(t, bufio.NewReader(p.Stdout()), "ready")

@@ -145,7 +145,7 @@ func assertAllDead(t *testing.T, pids map[string]int) {
 }
 
 func TestTeardownEnforced(t *testing.T) {
-	e := newExecutor(t, WithGracePeriod(time.Hour))
+	e := newExecutor(t, WithTerminateGrace(time.Hour))
 	requireEnforced(t, e)
 	triggers := map[string]func(t *testing.T, p *Process){
 		"leader exits": func(t *testing.T, p *Process) { io.WriteString(p.Stdin(), "go\n") },
