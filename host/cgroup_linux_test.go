@@ -4,14 +4,15 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestCgroupDir(t *testing.T) {
 	mnt := t.TempDir()
 	for _, d := range []string{"unified/user.slice/app", "nested/app"} {
-		if err := os.MkdirAll(filepath.Join(mnt, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.MkdirAll(filepath.Join(mnt, d), 0o755))
 	}
 	hybrid := "25 24 0:22 / " + mnt + "/cpu rw - cgroup cgroup rw,cpu\n" +
 		"30 24 0:27 / " + mnt + "/unified rw,nosuid - cgroup2 cgroup2 rw\n"
@@ -27,24 +28,18 @@ func TestCgroupDir(t *testing.T) {
 		{"missing directory", "0::/user.slice/gone\n", hybrid, ""},
 	}
 	for _, c := range cases {
-		if got := cgroupDir(c.self, c.mountinfo); got != c.want {
-			t.Errorf("%s: got %q want %q", c.name, got, c.want)
-		}
+		assert.Equal(t, c.want, cgroupDir(c.self, c.mountinfo), c.name)
 	}
 }
 
 func TestUnescapeMount(t *testing.T) {
-	if got := unescapeMount(`/mnt/with\040space\134x`); got != `/mnt/with space\x` {
-		t.Fatalf("got %q", got)
-	}
+	assert.Equal(t, `/mnt/with space\x`, unescapeMount(`/mnt/with\040space\134x`))
 }
 
 func TestCgroupV1Dir(t *testing.T) {
 	mnt := t.TempDir()
 	for _, d := range []string{"memory/app", "pids", "cpu,cpuacct/app"} {
-		if err := os.MkdirAll(filepath.Join(mnt, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.MkdirAll(filepath.Join(mnt, d), 0o755))
 	}
 	mountinfo := "31 30 0:28 / " + mnt + "/memory rw - cgroup cgroup rw,memory\n" +
 		"38 30 0:35 / " + mnt + "/pids rw - cgroup cgroup rw,pids\n" +
@@ -58,11 +53,7 @@ func TestCgroupV1Dir(t *testing.T) {
 		"cpuacct": filepath.Join(mnt, "cpu,cpuacct/app"),
 		"hugetlb": "",
 	} {
-		if got := cgroupV1Dir(self, mountinfo, c); got != want {
-			t.Errorf("%s: got %q want %q", c, got, want)
-		}
+		assert.Equal(t, want, cgroupV1Dir(self, mountinfo, c), c)
 	}
-	if got := cgroupV1Dir("0::/\n", mountinfo, "memory"); got != "" {
-		t.Errorf("a pure v2 host has no v1 memory hierarchy, got %q", got)
-	}
+	assert.Empty(t, cgroupV1Dir("0::/\n", mountinfo, "memory"), "a pure v2 host has no v1 memory hierarchy")
 }

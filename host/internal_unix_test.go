@@ -3,8 +3,10 @@
 package host
 
 import (
-	"slices"
 	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 func TestBaseEnvFallbacks(t *testing.T) {
@@ -25,28 +27,19 @@ func TestBaseEnvFallbacks(t *testing.T) {
 		}
 		return "fb-" + k
 	}
-	got := baseEnv(lookup, false, fallback)
-	want := []string{"PATH=/caller/bin", "HOME=fb-HOME", "TMPDIR=fb-TMPDIR", "LANG=fb-LANG"}
-	if !slices.Equal(got, want) {
-		t.Fatalf("got %q want %q", got, want)
-	}
-	if got := baseEnv(lookup, true, fallback); !slices.Contains(got, "TERM=fb-TERM") {
-		t.Fatalf("no TERM with a terminal: %q", got)
-	}
-	if !slices.Equal(baseEnvKeys, []string{"PATH", "HOME", "TMPDIR", "LANG", "USER"}) {
-		t.Fatalf("baseEnv modified the shared key list: %q", baseEnvKeys)
-	}
+	assert.Equal(t, []string{"PATH=/caller/bin", "HOME=fb-HOME", "TMPDIR=fb-TMPDIR", "LANG=fb-LANG"}, baseEnv(lookup, false, fallback))
+	assert.Contains(t, baseEnv(lookup, true, fallback), "TERM=fb-TERM", "TERM with a terminal")
+	assert.Equal(t, []string{"PATH", "HOME", "TMPDIR", "LANG", "USER"}, baseEnvKeys, "baseEnv leaves the shared key list alone")
 }
 
 func TestLookPath(t *testing.T) {
-	if p, err := lookPath("sh", "", "relative/dir:/bin:/usr/bin"); err != nil || (p != "/bin/sh" && p != "/usr/bin/sh") {
-		t.Fatalf("sh: %q %v", p, err)
-	}
+	p, err := lookPath("sh", "", "relative/dir:/bin:/usr/bin")
+	require.NoError(t, err)
+	assert.Contains(t, []string{"/bin/sh", "/usr/bin/sh"}, p)
 	// No PATH at all: the default search path, as execvp does.
-	if p, err := lookPath("sh", "", ""); err != nil || p == "" {
-		t.Fatalf("default PATH: %q %v", p, err)
-	}
-	if _, err := lookPath("sh", "", "relative/only"); err == nil {
-		t.Fatal("found sh through a relative PATH entry only")
-	}
+	p, err = lookPath("sh", "", "")
+	require.NoError(t, err, "default PATH")
+	assert.NotEmpty(t, p, "default PATH")
+	_, err = lookPath("sh", "", "relative/only")
+	assert.Error(t, err, "found sh through a relative PATH entry only")
 }
