@@ -73,7 +73,7 @@ func TestConfinedGuaranteesOnLinux(t *testing.T) {
 		assert.Empty(t, landlock, "no Landlock on this kernel")
 	}
 
-	pp, err := e.PrepareProcess(testCtx(t), ProcessOptions{Argv: []string{"true"}})
+	pp, err := e.PrepareProcess(testCtx(t), ProcessOptions{Args: []string{"true"}})
 	require.NoError(t, err)
 	defer pp.Close()
 	assert.Equal(t, g, pp.Guarantees())
@@ -87,7 +87,7 @@ func TestConfinedGuaranteesOnLinux(t *testing.T) {
 	assert.False(t, g.WriteBoundary)
 	assert.True(t, g.ProcessBoundary)
 	assert.Equal(t, runbox.GuaranteeLevelFull, g.Level, "everything the policy asks for is enforced")
-	pp, err = open.PrepareProcess(testCtx(t), ProcessOptions{Argv: []string{"true"}})
+	pp, err = open.PrepareProcess(testCtx(t), ProcessOptions{Args: []string{"true"}})
 	require.NoError(t, err)
 	defer pp.Close()
 	assert.Equal(t, runbox.ProcessAccessBroadWrite, pp.EffectiveAccess().Kind())
@@ -381,27 +381,27 @@ func TestAdmissionAndGrants(t *testing.T) {
 	ctx := testCtx(t)
 	argv := []string{"echo", "granted"}
 
-	_, err := e.PrepareProcess(ctx, ProcessOptions{Directory: w, Argv: []string{"rm", "-rf", w}})
+	_, err := e.PrepareProcess(ctx, ProcessOptions{Directory: w, Args: []string{"rm", "-rf", w}})
 	assert.ErrorIs(t, err, ErrCommandDenied)
 	_, _, err = e.RunArgv(ctx, w, []string{"rm", "-rf", w})
 	assert.ErrorIs(t, err, ErrCommandDenied)
 	assert.DirExists(t, w)
 
-	_, err = e.PrepareProcess(ctx, ProcessOptions{Directory: w, Argv: argv})
+	_, err = e.PrepareProcess(ctx, ProcessOptions{Directory: w, Args: argv})
 	assert.ErrorIs(t, err, ErrGrantRequired)
 	_, _, err = e.RunArgv(ctx, w, argv)
 	assert.ErrorIs(t, err, ErrGrantRequired, "the output helpers have no grant")
 
-	g, err := e.IssueGrant(GrantRequest{Directory: w, Argv: argv}, time.Hour)
+	g, err := e.IssueGrant(GrantRequest{Directory: w, Args: argv}, time.Hour)
 	require.NoError(t, err)
-	_, err = e.PrepareProcess(ctx, ProcessOptions{Directory: w, Argv: []string{"echo", "other"}, Grant: g})
+	_, err = e.PrepareProcess(ctx, ProcessOptions{Directory: w, Args: []string{"echo", "other"}, Grant: g})
 	assert.ErrorIs(t, err, ErrGrantMismatch)
-	_, err = e.PrepareProcess(ctx, ProcessOptions{Directory: "/", Argv: argv, Grant: g})
+	_, err = e.PrepareProcess(ctx, ProcessOptions{Directory: "/", Args: argv, Grant: g})
 	assert.ErrorIs(t, err, ErrGrantMismatch)
-	_, err = e.PrepareProcess(ctx, ProcessOptions{Directory: w, Argv: argv, Grant: ParseGrant("forged")})
+	_, err = e.PrepareProcess(ctx, ProcessOptions{Directory: w, Args: argv, Grant: ParseGrant("forged")})
 	assert.ErrorIs(t, err, ErrGrantInvalid)
 
-	pp, err := e.PrepareProcess(ctx, ProcessOptions{Directory: w, Argv: argv, Grant: ParseGrant(g.String())})
+	pp, err := e.PrepareProcess(ctx, ProcessOptions{Directory: w, Args: argv, Grant: ParseGrant(g.String())})
 	require.NoError(t, err)
 	p, err := pp.Start(ctx)
 	require.NoError(t, err)
@@ -413,7 +413,7 @@ func TestAdmissionAndGrants(t *testing.T) {
 	assert.Equal(t, 0, res.ExitCode)
 	require.NoError(t, p.Close(ctx))
 
-	_, err = e.PrepareProcess(ctx, ProcessOptions{Directory: w, Argv: argv, Grant: g})
+	_, err = e.PrepareProcess(ctx, ProcessOptions{Directory: w, Args: argv, Grant: g})
 	assert.ErrorIs(t, err, ErrGrantUsed, "a grant runs once and only once")
 
 	// Expiry, with the executor's clock moved instead of waiting.
@@ -421,12 +421,12 @@ func TestAdmissionAndGrants(t *testing.T) {
 	e.grants.mu.Lock()
 	e.grants.now = func() time.Time { return now }
 	e.grants.mu.Unlock()
-	g, err = e.IssueGrant(GrantRequest{Directory: w, Argv: argv}, time.Minute)
+	g, err = e.IssueGrant(GrantRequest{Directory: w, Args: argv}, time.Minute)
 	require.NoError(t, err)
 	e.grants.mu.Lock()
 	e.grants.now = func() time.Time { return now.Add(time.Minute) }
 	e.grants.mu.Unlock()
-	_, err = e.PrepareProcess(ctx, ProcessOptions{Directory: w, Argv: argv, Grant: g})
+	_, err = e.PrepareProcess(ctx, ProcessOptions{Directory: w, Args: argv, Grant: g})
 	assert.ErrorIs(t, err, ErrGrantExpired)
 
 	// A shell command is bound through its normalized argv.
@@ -473,7 +473,7 @@ func TestConfinedCanonicalRoots(t *testing.T) {
 	link := filepath.Join(filepath.Dir(w), "wlink")
 	require.NoError(t, os.Symlink(w, link))
 	e := confined(t, Policy{WritableRoots: []string{link, w + "/."}})
-	pp, err := e.PrepareProcess(testCtx(t), ProcessOptions{Argv: []string{"true"}})
+	pp, err := e.PrepareProcess(testCtx(t), ProcessOptions{Args: []string{"true"}})
 	require.NoError(t, err)
 	defer pp.Close()
 	assert.Equal(t, []string{w}, pp.EffectiveAccess().WritePaths())

@@ -151,7 +151,7 @@ func TestConfinedInheritsNoDescriptors(t *testing.T) {
 
 	t.Run("TTY", func(t *testing.T) {
 		l := leak(t, o)
-		pp, err := e.PrepareProcess(testCtx(t), ProcessOptions{Argv: []string{"ls", "-1", "/proc/self/fd"}, TTY: true})
+		pp, err := e.PrepareProcess(testCtx(t), ProcessOptions{Args: []string{"ls", "-1", "/proc/self/fd"}, TTY: true})
 		require.NoError(t, err)
 		p, err := pp.Start(testCtx(t))
 		require.NoError(t, err)

@@ -36,7 +36,7 @@ func Example() {
 	fmt.Printf("%q %+v %v\n", stdout.String(), res, err)
 
 	// A streaming process.
-	pp, err := e.PrepareProcess(ctx, host.ProcessOptions{Argv: []string{"cat"}})
+	pp, err := e.PrepareProcess(ctx, host.ProcessOptions{Args: []string{"cat"}})
 	if err != nil {
 		log.Fatal(err)
 	}

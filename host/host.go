@@ -202,7 +202,7 @@ func (e *Executor) IssueGrant(req GrantRequest, ttl time.Duration) (Grant, error
 	if ttl <= 0 {
 		return Grant{}, fmt.Errorf("%w: grant lifetime must be positive, got %v", runbox.ErrInvalidCommand, ttl)
 	}
-	argv, dir, err := e.normalize(req.Directory, req.Command, req.Argv)
+	argv, dir, err := e.normalize(req.Directory, req.Command, req.Args)
 	if err != nil {
 		return Grant{}, err
 	}

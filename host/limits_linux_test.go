@@ -31,7 +31,7 @@ func limited(t *testing.T, res runbox.Resources) *Executor {
 // in e and returns the process.
 func startLimited(t *testing.T, e *Executor, argv ...string) *Process {
 	t.Helper()
-	o := ProcessOptions{Argv: argv}
+	o := ProcessOptions{Args: argv}
 	if len(argv) == 1 {
 		o = ProcessOptions{Command: argv[0]}
 	}

@@ -43,7 +43,7 @@ func runHelper(mode string) int {
 			return 2
 		}
 		defer e.Close()
-		pp, err := e.PrepareProcess(context.Background(), ProcessOptions{Argv: []string{"sleep", "1000"}})
+		pp, err := e.PrepareProcess(context.Background(), ProcessOptions{Args: []string{"sleep", "1000"}})
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 2

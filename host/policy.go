@@ -301,14 +301,14 @@ func (g Grant) String() string { return g.token }
 func ParseGrant(token string) Grant { return Grant{token: token} }
 
 // GrantRequest names what a grant is bound to; exactly one of Command and
-// Argv is set, as in [ProcessOptions].
+// Args is set, as in [ProcessOptions].
 type GrantRequest struct {
 	// Directory is the working directory; "" means the current directory.
 	Directory string
 	// Command is a shell command.
 	Command string
-	// Argv is a literal argument vector.
-	Argv []string
+	// Args is a literal argument vector.
+	Args []string
 }
 
 type grantRecord struct {

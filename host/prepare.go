@@ -31,8 +31,8 @@ type ProcessOptions struct {
 	// Command is run by the platform's command interpreter, as in
 	// [Executor.RunCommand].
 	Command string
-	// Argv is run literally, without a shell.
-	Argv []string
+	// Args is run literally, without a shell (runbox.Command's Args).
+	Args []string
 	// Env holds KEY=VALUE entries applied over the base environment.
 	Env []string
 	// CleanEnv starts from an empty environment: only Env is set.
@@ -41,9 +41,9 @@ type ProcessOptions struct {
 	// stderr are all the terminal, so Stderr carries nothing. Platforms
 	// without terminals refuse it with runbox.ErrProcessTTYUnsupported.
 	TTY bool
-	// TTYSize is the initial terminal size; zero means 24 rows of 80
+	// TermSize is the initial terminal size; zero means 24 rows of 80
 	// columns. It requires TTY.
-	TTYSize TTYSize
+	TermSize runbox.TermSize
 	// Grant authorizes a command the policy gates (see
 	// [Executor.IssueGrant]). A grant given here is always redeemed and
 	// used up, whether or not the command needed it.
@@ -84,7 +84,7 @@ func (e *Executor) PrepareProcess(ctx context.Context, o ProcessOptions) (*Prepa
 	if err := ctx.Err(); err != nil {
 		return nil, cancelled(err)
 	}
-	hasCommand, hasArgv := o.Command != "", len(o.Argv) > 0
+	hasCommand, hasArgv := o.Command != "", len(o.Args) > 0
 	switch {
 	case hasCommand && hasArgv:
 		return nil, fmt.Errorf("%w: Command and Argv are mutually exclusive", runbox.ErrInvalidCommand)
@@ -94,7 +94,7 @@ func (e *Executor) PrepareProcess(ctx context.Context, o ProcessOptions) (*Prepa
 	if o.TTY && !ttySupported {
 		return nil, fmt.Errorf("%w: no pseudo-terminal on this platform", runbox.ErrProcessTTYUnsupported)
 	}
-	size := o.TTYSize
+	size := o.TermSize
 	if size != (TTYSize{}) {
 		if !o.TTY {
 			return nil, fmt.Errorf("%w: TTYSize requires TTY", runbox.ErrInvalidCommand)
@@ -106,7 +106,7 @@ func (e *Executor) PrepareProcess(ctx context.Context, o ProcessOptions) (*Prepa
 		size = defaultTTYSize
 	}
 	if hasArgv {
-		if err := (runbox.Command{Args: o.Argv, Env: o.Env}).Validate(); err != nil {
+		if err := (runbox.Command{Args: o.Args, Env: o.Env}).Validate(); err != nil {
 			return nil, err
 		}
 	} else if err := runbox.ValidateEnv(o.Env); err != nil {
@@ -122,7 +122,7 @@ func (e *Executor) PrepareProcess(ctx context.Context, o ProcessOptions) (*Prepa
 	}
 	var spec *launchSpec
 	if hasArgv {
-		spec, err = e.compile(dir, o.Argv, "", o.Env, o.CleanEnv, o.TTY, grant)
+		spec, err = e.compile(dir, o.Args, "", o.Env, o.CleanEnv, o.TTY, grant)
 	} else {
 		spec, err = e.compileShell(dir, o.Command, o.Env, o.CleanEnv, o.TTY, grant)
 	}
@@ -216,8 +216,8 @@ func (e *Executor) Start(ctx context.Context, cmd runbox.Command) (runbox.Stream
 		return nil, err
 	}
 	pp, err := e.PrepareProcess(ctx, ProcessOptions{
-		Directory: cmd.Dir, Argv: cmd.Args, Env: cmd.Env, CleanEnv: cmd.CleanEnv,
-		TTY: cmd.TTY, TTYSize: cmd.TermSize,
+		Directory: cmd.Dir, Args: cmd.Args, Env: cmd.Env, CleanEnv: cmd.CleanEnv,
+		TTY: cmd.TTY, TermSize: cmd.TermSize,
 	})
 	if err != nil {
 		return nil, err

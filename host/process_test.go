@@ -69,16 +69,16 @@ func TestPrepareProcessValidation(t *testing.T) {
 		o    ProcessOptions
 		want error
 	}{
-		{"both", nil, ProcessOptions{Command: "true", Argv: []string{"true"}}, runbox.ErrInvalidCommand},
+		{"both", nil, ProcessOptions{Command: "true", Args: []string{"true"}}, runbox.ErrInvalidCommand},
 		{"neither", nil, ProcessOptions{}, runbox.ErrInvalidCommand},
 		{"blank command", nil, ProcessOptions{Command: "  "}, runbox.ErrInvalidCommand},
-		{"NUL in argv", nil, ProcessOptions{Argv: []string{"echo", "a\x00"}}, runbox.ErrInvalidCommand},
+		{"NUL in argv", nil, ProcessOptions{Args: []string{"echo", "a\x00"}}, runbox.ErrInvalidCommand},
 		{"bad env", nil, ProcessOptions{Command: "true", Env: []string{"=x"}}, runbox.ErrInvalidCommand},
 		{"missing directory", nil, ProcessOptions{Command: "true", Directory: filepath.Join(file, "x")}, runbox.ErrInvalidCommand},
 		{"directory is a file", nil, ProcessOptions{Command: "true", Directory: file}, runbox.ErrInvalidCommand},
-		{"size without tty", nil, ProcessOptions{Command: "true", TTYSize: TTYSize{Rows: 10, Cols: 10}}, runbox.ErrInvalidCommand},
-		{"zero dimension", nil, ProcessOptions{Command: "true", TTY: true, TTYSize: TTYSize{Rows: 10}}, runbox.ErrInvalidCommand},
-		{"missing program", nil, ProcessOptions{Argv: []string{"runbox-no-such-program-xyz"}}, runbox.ErrStart},
+		{"size without tty", nil, ProcessOptions{Command: "true", TermSize: TTYSize{Rows: 10, Cols: 10}}, runbox.ErrInvalidCommand},
+		{"zero dimension", nil, ProcessOptions{Command: "true", TTY: true, TermSize: TTYSize{Rows: 10}}, runbox.ErrInvalidCommand},
+		{"missing program", nil, ProcessOptions{Args: []string{"runbox-no-such-program-xyz"}}, runbox.ErrStart},
 		{"cancelled", cancelled, ProcessOptions{Command: "true"}, runbox.ErrCancelled},
 	}
 	for _, c := range cases {
@@ -128,7 +128,7 @@ func TestPrepareProcessSpawnsNothing(t *testing.T) {
 
 func TestPreparedProcessIsSingleUse(t *testing.T) {
 	e := newExecutor(t)
-	pp, err := e.PrepareProcess(testCtx(t), ProcessOptions{Argv: []string{"cat"}})
+	pp, err := e.PrepareProcess(testCtx(t), ProcessOptions{Args: []string{"cat"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,7 +196,7 @@ func TestProcessPipesAreDistinct(t *testing.T) {
 
 func TestProcessStdinConcurrentWriters(t *testing.T) {
 	e := newExecutor(t)
-	p := start(t, e, ProcessOptions{Argv: []string{"cat"}})
+	p := start(t, e, ProcessOptions{Args: []string{"cat"}})
 	// Chunks larger than PIPE_BUF, which the kernel alone would not keep
 	// whole.
 	const writers, each, size = 8, 20, 6000
@@ -315,7 +315,7 @@ func TestProcessSignals(t *testing.T) {
 			}
 		})
 	}
-	p := start(t, e, ProcessOptions{Argv: []string{"cat"}})
+	p := start(t, e, ProcessOptions{Args: []string{"cat"}})
 	if err := p.Signal(runbox.ProcessSignal(99)); !errors.Is(err, runbox.ErrProcessSignalUnsupported) {
 		t.Fatalf("unknown signal: %v", err)
 	}
@@ -349,9 +349,9 @@ func TestTerminateEscalatesExactlyOnce(t *testing.T) {
 func TestProcessTTY(t *testing.T) {
 	e := newExecutor(t)
 	p := start(t, e, ProcessOptions{
-		Command: `test -t 0 && test -t 1 && test -t 2 && echo tty-ok; echo "term=$TERM"; stty size`,
-		TTY:     true,
-		TTYSize: TTYSize{Rows: 33, Cols: 101},
+		Command:  `test -t 0 && test -t 1 && test -t 2 && echo tty-ok; echo "term=$TERM"; stty size`,
+		TTY:      true,
+		TermSize: TTYSize{Rows: 33, Cols: 101},
 	})
 	if p.StreamMode() != runbox.ProcessStreamModePTY {
 		t.Fatalf("mode %v", p.StreamMode())
@@ -389,7 +389,7 @@ func TestProcessTTYResize(t *testing.T) {
 
 func TestProcessTTYStdinCloseIsEOF(t *testing.T) {
 	e := newExecutor(t)
-	p := start(t, e, ProcessOptions{Argv: []string{"sh", "-c", "cat; echo cat-done"}, TTY: true})
+	p := start(t, e, ProcessOptions{Args: []string{"sh", "-c", "cat; echo cat-done"}, TTY: true})
 	r := bufio.NewReader(p.Stdout())
 	io.WriteString(p.Stdin(), "hello\n")
 	readUntil(t, r, "hello")
@@ -431,7 +431,7 @@ func TestProcessCloseKillsAndIsIdempotent(t *testing.T) {
 func TestTTYEnvironmentHasTERM(t *testing.T) {
 	e := newExecutor(t)
 	t.Setenv("TERM", "")
-	p := start(t, e, ProcessOptions{Argv: []string{"env"}, TTY: true})
+	p := start(t, e, ProcessOptions{Args: []string{"env"}, TTY: true})
 	out, _ := io.ReadAll(p.Stdout())
 	if !bytes.Contains(out, []byte("TERM=xterm")) {
 		t.Fatalf("no TERM fallback in a terminal: %q", out)

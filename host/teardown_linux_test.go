@@ -255,7 +255,7 @@ func TestRunTearsDownDescendants(t *testing.T) {
 
 func TestSupervisorReapsWithoutWait(t *testing.T) {
 	e := newExecutor(t)
-	pp, err := e.PrepareProcess(testCtx(t), ProcessOptions{Argv: []string{"true"}})
+	pp, err := e.PrepareProcess(testCtx(t), ProcessOptions{Args: []string{"true"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,7 +342,7 @@ func TestCleanupFailureIsReported(t *testing.T) {
 		t.Fatalf("output so far not delivered: %q", out.String())
 	}
 
-	pp, err := e.PrepareProcess(testCtx(t), ProcessOptions{Argv: []string{"sh", "-c", script}, Env: env})
+	pp, err := e.PrepareProcess(testCtx(t), ProcessOptions{Args: []string{"sh", "-c", script}, Env: env})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,7 +48,7 @@ func TestStreamingProcessLifecycle(t *testing.T) {
 		{
 			Name: "host",
 			Start: func(ctx context.Context, script string) (runbox.StreamingProcess, error) {
-				pp, err := h.PrepareProcess(ctx, host.ProcessOptions{Argv: []string{"sh", "-c", script}, Directory: os.TempDir()})
+				pp, err := h.PrepareProcess(ctx, host.ProcessOptions{Args: []string{"sh", "-c", script}, Directory: os.TempDir()})
 				if err != nil {
 					return nil, err
 				}

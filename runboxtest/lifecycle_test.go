@@ -15,7 +15,7 @@ func hostLifecycle(t *testing.T, e *host.Executor) runboxtest.Lifecycle {
 	return runboxtest.Lifecycle{
 		Name: "host",
 		Start: func(ctx context.Context, script string) (runbox.StreamingProcess, error) {
-			pp, err := e.PrepareProcess(ctx, host.ProcessOptions{Argv: []string{"sh", "-c", script}, Directory: os.TempDir()})
+			pp, err := e.PrepareProcess(ctx, host.ProcessOptions{Args: []string{"sh", "-c", script}, Directory: os.TempDir()})
 			if err != nil {
 				return nil, err
 			}

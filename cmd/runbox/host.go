@@ -356,8 +356,8 @@ func (l *lastByteWriter) Write(p []byte) (int, error) {
 func runHostTTY(ctx context.Context, e *host.Executor, c runbox.Command) (runbox.Result, error) {
 	size := currentSize()
 	pp, err := e.PrepareProcess(ctx, host.ProcessOptions{
-		Directory: c.Dir, Argv: c.Args, Env: c.Env, CleanEnv: c.CleanEnv, TTY: true,
-		TTYSize: size,
+		Directory: c.Dir, Args: c.Args, Env: c.Env, CleanEnv: c.CleanEnv, TTY: true,
+		TermSize: size,
 	})
 	if err != nil {
 		return runbox.Result{ExitCode: -1}, err
