@@ -28,6 +28,9 @@ func hostileTar(t *testing.T, entries ...entry) *bytes.Buffer {
 		mode := e.mode
 		if mode == 0 {
 			mode = 0o644
+			if e.typ == tar.TypeDir {
+				mode = 0o755 // traversable without root's privilege
+			}
 		}
 		hdr := &tar.Header{Name: e.name, Linkname: e.link, Typeflag: e.typ, Mode: mode, Size: int64(len(e.body))}
 		if e.typ != tar.TypeReg {

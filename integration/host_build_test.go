@@ -42,7 +42,7 @@ func hostBuild(t *testing.T, dir string, args ...string) cliResult {
 // --cache go: the module cache read-only, a build cache of its own. The
 // tests run are those of `make unit` that need neither the Docker Engine
 // (whose socket the sandbox hides) nor sandboxes of their own (the
-// sandbox refuses new namespaces): agent and docker.
+// sandbox refuses new namespaces): internal/agent and docker.
 func TestHostBuildsThisRepository(t *testing.T) {
 	repo, err := filepath.Abs("..")
 	require.NoError(t, err)
@@ -53,9 +53,9 @@ func TestHostBuildsThisRepository(t *testing.T) {
 	assert.NotEqual(t, 0, r.code, "a confined build without the module cache should not find its modules: %s", r.stderr)
 
 	r = hostBuild(t, repo, "--json", "--cache", "go", "--timeout", "15m", "--", "sh", "-c",
-		"go build ./... && go test -count=1 ./agent/ ./docker/")
+		"go build ./... && go test -count=1 ./internal/agent/ ./docker/")
 	require.Equal(t, 0, r.code, "stdout:\n%s\nstderr:\n%s", r.stdout, r.stderr)
-	assert.Contains(t, r.stdout, "ok  \tgithub.com/runbox-dev/runbox/agent")
+	assert.Contains(t, r.stdout, "ok  \tgithub.com/runbox-dev/runbox/internal/agent")
 	assert.Contains(t, r.stdout, "ok  \tgithub.com/runbox-dev/runbox/docker")
 	lines := strings.Split(strings.TrimRight(r.stderr, "\n"), "\n")
 	var rep struct {
