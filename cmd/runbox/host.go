@@ -162,12 +162,11 @@ are only ever added. stdout stays the command's own.`,
 			stderr = rep.stderr
 		}
 		streams := runbox.Streams{Stdout: os.Stdout, Stderr: stderr}
-		if limit > 0 {
-			// The same limit writer as exec, run and Collect.
-			streams = runbox.NewLimiter(runbox.OutputLimit{Combined: limit}, streams, func() { cancel(runbox.ErrOutputLimit) }).Streams()
-		}
+		// The backend's own limit: output past it is a failure however the
+		// command ended, even when it exited before it could be stopped.
+		c.OutputLimit = runbox.OutputLimit{Combined: limit}
 		res, err := e.Run(runCtx, c, streams)
-		if err != nil && errors.Is(context.Cause(runCtx), runbox.ErrOutputLimit) {
+		if errors.Is(err, runbox.ErrOutputLimit) {
 			err = fmt.Errorf("%w: more than %d bytes of output; the command was stopped", runbox.ErrOutputLimit, limit)
 			rep.record(res, err)
 			return err
