@@ -2,17 +2,21 @@
 GO ?= go
 PKGS := ./...
 
-.PHONY: all demo test unit vet cross bench fuzz build clean
+.PHONY: all deps demo test unit vet cross bench fuzz build clean
 
 all: vet test
 
+## deps: install what demo and test need (static busybox, bubblewrap), or say what is missing
+deps:
+	@./scripts/deps
+
 ## demo: open a session on a locally built image, run, snapshot, reopen, close
-demo:
+demo: deps
 	CGO_ENABLED=0 $(GO) run ./cmd/runbox demo
 
 ## test: vet for every platform, then every test (integration tests need a Docker Engine) under -race
-test: vet cross
-	$(GO) test -race -count=1 -timeout 15m $(PKGS)
+test: deps vet cross
+	$(GO) test -race -count=1 -timeout 25m $(PKGS)
 
 ## unit: the tests that need no Docker Engine: every package but integration/
 unit:
