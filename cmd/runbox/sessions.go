@@ -352,22 +352,7 @@ func newClose() *cobra.Command {
 		Example: "  runbox close $id\n  runbox close work other",
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			e, err := newEngine()
-			if err != nil {
-				return err
-			}
-			defer e.Close()
-			var errs []error
-			for _, ref := range args {
-				s, err := e.Session(cmd.Context(), ref)
-				if err == nil {
-					err = s.Close(cmd.Context())
-				}
-				if err != nil {
-					errs = append(errs, fmt.Errorf("%s: %w", ref, err))
-				}
-			}
-			return errors.Join(errs...)
+			return eachSession(cmd.Context(), args, func(s *docker.Session) error { return s.Close(cmd.Context()) })
 		},
 	}
 }
