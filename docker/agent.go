@@ -147,6 +147,7 @@ type agentPlan struct {
 	runDir   string        // host directory whose run/ is bound at agentRunDir (local only)
 	key      []byte        // the session key (remote only)
 	lease    time.Duration // the lease's time to live; 0: persistent
+	engine   string        // the Engine's address, recorded in runDir for Reap
 }
 
 // planAgent decides whether spec's session gets an agent. It returns nil
@@ -182,7 +183,7 @@ func (e *Executor) planAgent(ctx context.Context, spec runbox.Spec) (*agentPlan,
 		}
 		return nil, nil
 	}
-	plan := &agentPlan{binary: binary, lifetime: spec.Process, local: e.localEngine, lease: e.lease}
+	plan := &agentPlan{binary: binary, lifetime: spec.Process, local: e.localEngine, lease: e.lease, engine: e.cli.DaemonHost()}
 	if plan.lifetime == nil && img.Config != nil {
 		plan.lifetime = append(append([]string{}, img.Config.Entrypoint...), img.Config.Cmd...)
 	}
@@ -224,7 +225,7 @@ func (p *agentPlan) apply(cfg *container.Config, hc *container.HostConfig) error
 	}
 	cfg.Entrypoint = append(append([]string{agentInPath, "agent", "init", "--dial", agentRunDir}, p.leaseArgs()...), append([]string{"--"}, p.lifetime...)...)
 	cfg.Cmd = nil
-	dir, err := os.MkdirTemp("", "runbox-agent-")
+	dir, err := os.MkdirTemp("", runDirPrefix)
 	if err != nil {
 		return err
 	}
@@ -239,6 +240,12 @@ func (p *agentPlan) apply(cfg *container.Config, hc *container.HostConfig) error
 		os.RemoveAll(dir)
 		return err
 	}
+	// Reap removes the directory once no container of this Engine mounts
+	// it; another Engine's sessions are not its to judge.
+	if err := os.WriteFile(filepath.Join(dir, "engine"), []byte(p.engine), 0o600); err != nil {
+		os.RemoveAll(dir)
+		return err
+	}
 	p.runDir = dir
 	hc.Mounts = append(hc.Mounts,
 		mount.Mount{Type: mount.TypeBind, Source: p.binary, Target: agentInPath, ReadOnly: true},
@@ -246,6 +253,13 @@ func (p *agentPlan) apply(cfg *container.Config, hc *container.HostConfig) error
 	)
 	return nil
 }
+
+// runDirPrefix names the host directories of local agent sessions, in
+// os.TempDir(); runDirPattern matches them.
+const (
+	runDirPrefix  = "runbox-agent-"
+	runDirPattern = runDirPrefix + "*"
+)
 
 // leaseArgs are the agent's flags for the lease.
 func (p *agentPlan) leaseArgs() []string {

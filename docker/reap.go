@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"path/filepath"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -22,7 +23,7 @@ import (
 func (e *Executor) Reap(ctx context.Context) ([]string, error) {
 	res, err := e.cli.ContainerList(ctx, client.ContainerListOptions{
 		All:     true,
-		Filters: client.Filters{}.Add("label", LabelKind+"="+KindSession).Add("label", LabelLease),
+		Filters: client.Filters{}.Add("label", LabelKind+"="+KindSession),
 	})
 	if err != nil {
 		return nil, engineErr(err)
@@ -30,6 +31,17 @@ func (e *Executor) Reap(ctx context.Context) ([]string, error) {
 	host, _ := os.Hostname()
 	var removed []string
 	var errs []error
+	inUse := map[string]bool{}
+	for _, c := range res.Items {
+		for _, m := range c.Mounts {
+			if m.Destination == agentRunDir {
+				inUse[filepath.Dir(m.Source)] = true
+			}
+		}
+	}
+	if e.localEngine {
+		removeStaleRunDirs(e.cli.DaemonHost(), inUse)
+	}
 	for _, c := range res.Items {
 		lease := c.Labels[LabelLease]
 		if lease == "" || lease == leaseLabel(0) {
@@ -72,4 +84,25 @@ func ownerGone(label string, created time.Time, host string) bool {
 		return st.ID != o.Start
 	}
 	return !created.IsZero() && !st.Time.IsZero() && st.Time.After(created.Add(2*time.Second))
+}
+
+// staleAfter is how old a run directory must be before Reap takes it for
+// a leftover: an Open creates it a moment before its container.
+const staleAfter = time.Minute
+
+// removeStaleRunDirs removes the host directories of local agent sessions
+// (see agentPlan.apply) that no session's container mounts any more: those
+// of programs that died, whose leased sessions the Engine removed.
+func removeStaleRunDirs(engine string, inUse map[string]bool) {
+	dirs, _ := filepath.Glob(filepath.Join(os.TempDir(), runDirPattern))
+	for _, d := range dirs {
+		fi, err := os.Lstat(d)
+		if err != nil || !fi.IsDir() || inUse[d] || time.Since(fi.ModTime()) < staleAfter {
+			continue
+		}
+		if b, err := os.ReadFile(filepath.Join(d, "engine")); err != nil || string(b) != engine {
+			continue
+		}
+		_ = os.RemoveAll(d)
+	}
 }

@@ -121,6 +121,29 @@ func TestLeaseEndsSessionsOfDeadOwners(t *testing.T) {
 			testLease+5*time.Second, 50*time.Millisecond,
 			"trial %d (%s): still there %s after the kill: %v", trial, mode, time.Since(killed), containersLabelled(t, cli, label))
 	}
+
+	// The dead programs' host directories go too, at the next Reap once
+	// they are old enough not to belong to an Open in progress.
+	before := time.Now()
+	dirs, err := filepath.Glob(filepath.Join(os.TempDir(), "runbox-agent-*"))
+	require.NoError(t, err)
+	var left []string
+	for _, d := range dirs {
+		if b, err := os.ReadFile(filepath.Join(d, "engine")); err == nil && string(b) == cli.DaemonHost() {
+			fi, err := os.Stat(d)
+			if err == nil && fi.ModTime().Before(before) {
+				left = append(left, d)
+				old := before.Add(-time.Hour)
+				require.NoError(t, os.Chtimes(d, old, old))
+			}
+		}
+	}
+	require.NotEmpty(t, left, "the killed programs left no directory: the check below proves nothing")
+	_, err = newExecutor(t).Reap(context.Background())
+	require.NoError(t, err)
+	for _, d := range left {
+		assert.NoDirExists(t, d, "a dead program's agent directory survived Reap")
+	}
 }
 
 // TestLeaseLivesWithItsOwner: while its program lives the session lives,
