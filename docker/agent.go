@@ -325,7 +325,7 @@ func (e *Executor) connectAgent(ctx context.Context, s *Session, p *agentPlan) (
 		}
 		c, err := agent.NewClient(rw, agent.ClientOptions{Timeout: e.agentTimeout})
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrAgentUnavailable, err)
+			return nil, s.handshakeErr(ctx, err)
 		}
 		return c, nil
 	}
@@ -340,6 +340,9 @@ func (e *Executor) connectAgent(ctx context.Context, s *Session, p *agentPlan) (
 			c, err = agent.NewClient(rw, agent.ClientOptions{Timeout: e.agentTimeout, Key: p.key})
 			if err == nil {
 				return c, nil
+			}
+			if errors.Is(err, agent.ErrSessionOver) {
+				return nil, s.handshakeErr(ctx, err)
 			}
 			if errors.Is(err, agent.ErrAuth) {
 				// Something in the session answers in the agent's place.
@@ -367,6 +370,20 @@ func (e *Executor) connectAgent(ctx context.Context, s *Session, p *agentPlan) (
 		}
 		delay = min(delay*2, maxDelay)
 	}
+}
+
+// handshakeErr classifies a failed handshake: the agent's word that the
+// session is over, or a session that stopped meanwhile, is ErrSessionEnded
+// (with the lifetime process's status); anything else is ErrAgentUnavailable.
+func (s *Session) handshakeErr(ctx context.Context, err error) error {
+	if errors.Is(err, agent.ErrSessionOver) {
+		return fmt.Errorf("%w: %w", runbox.ErrSessionEnded, err)
+	}
+	// Not endedAfterLoss: the caller (agentConn) holds agentMu.
+	if rerr := s.waitEnded(ctx); errors.Is(rerr, runbox.ErrSessionEnded) {
+		return fmt.Errorf("%w (%w)", rerr, err)
+	}
+	return fmt.Errorf("%w: %w", ErrAgentUnavailable, err)
 }
 
 // acceptAgent offers the agent a fresh socket and returns the connection

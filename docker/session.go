@@ -188,6 +188,12 @@ func (s *Session) endedAfterLoss(ctx context.Context) error {
 			return fmt.Errorf("%w: %w", runbox.ErrSessionEnded, err)
 		}
 	}
+	return s.waitEnded(ctx)
+}
+
+// waitEnded waits a few seconds for the lifetime process to stop and
+// reports whether it did (ErrSessionEnded) or not (nil).
+func (s *Session) waitEnded(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	wait := s.e.cli.ContainerWait(ctx, s.id, client.ContainerWaitOptions{Condition: container.WaitConditionNotRunning})

@@ -95,6 +95,9 @@ func (c *Client) handshake(r *Reader, nonce, key []byte) (Hello, error) {
 	if f.Type == TypeError {
 		var fe Fatal
 		_ = Decode(f, &fe)
+		if fe.Ended {
+			return Hello{}, fmt.Errorf("%w: %s", ErrSessionOver, fe.Error)
+		}
 		return Hello{}, fmt.Errorf("%w: agent refused: %s", ErrProtocol, fe.Error)
 	}
 	if f.Type != TypeHello {

@@ -150,7 +150,16 @@ func runInit(o initOptions, process []string) int {
 		}
 		if sig == unix.SIGCHLD {
 			if st, done := s.reap(lifetime); done {
-				s.lastWord(fmt.Sprintf("the lifetime process %s", describeStatus(st)))
+				s.end(fmt.Sprintf("the lifetime process %s", describeStatus(st)))
+				if s.lease != nil {
+					// The Engine removes a leased session's container as
+					// soon as the agent exits, and the status with it: stay
+					// until the lease runs out (no longer renewable), so
+					// that a caller that connects meanwhile still learns
+					// how the session ended.
+					s.lease.final()
+					<-expired
+				}
 				return exitStatus(st)
 			}
 			continue
@@ -169,6 +178,22 @@ func describeStatus(st unix.WaitStatus) string {
 		return fmt.Sprintf("exited with code %d (%s)", exitStatus(st), unix.SignalName(st.Signal()))
 	}
 	return fmt.Sprintf("exited with code %d", exitStatus(st))
+}
+
+// end records why the session ended, for callers that connect later, and
+// tells the connected ones.
+func (s *server) end(msg string) {
+	s.mu.Lock()
+	s.over = msg
+	s.mu.Unlock()
+	s.lastWord(msg)
+}
+
+// endedWith returns why the session ended, or "" while it runs.
+func (s *server) endedWith() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.over
 }
 
 // lastWord tells every connected caller why the session ends, before the
@@ -193,6 +218,7 @@ type lease struct {
 	ttl      time.Duration
 	timer    *time.Timer
 	released bool
+	ended    bool // the session ended: neither renewed nor released again
 }
 
 func newLease(ttl time.Duration, expired chan<- struct{}) *lease {
@@ -212,6 +238,13 @@ func (l *lease) renew() {
 	}
 }
 
+// final stops renewals: the lease runs out at its current end.
+func (l *lease) final() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.released, l.ended = true, true // no more renewals; the timer keeps running
+}
+
 // release makes the session persistent.
 func (l *lease) release() {
 	if l == nil {
@@ -219,6 +252,9 @@ func (l *lease) release() {
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if l.ended {
+		return // the session has ended; it goes when the lease runs out
+	}
 	l.released = true
 	l.timer.Stop()
 }
@@ -376,6 +412,7 @@ type server struct {
 	oom     *oomScore // nil: commands keep the agent's OOM score
 	lease   *lease    // nil: the session is persistent
 	conns   map[*conn]bool
+	over    string // why the session ended; "" while it runs
 }
 
 // startLifetime starts the session's own process with the agent's stdio.
@@ -476,6 +513,10 @@ func (s *server) handle(nc net.Conn) {
 	}()
 	r := NewReader(nc)
 	_ = nc.SetDeadline(time.Now().Add(handshakeTimeout))
+	if over := s.endedWith(); over != "" {
+		_ = c.sendJSON(TypeError, 0, Fatal{Error: "session ended: " + over, Ended: true})
+		return
+	}
 	if err := c.handshake(r); err != nil {
 		_ = c.sendJSON(TypeError, 0, Fatal{Error: err.Error()})
 		return
