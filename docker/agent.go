@@ -587,6 +587,10 @@ func (s *Session) agentConn(ctx context.Context) (*agent.Client, error) {
 		default:
 			return c, nil
 		}
+		if err := c.Err(); errors.Is(err, agent.ErrSessionOver) {
+			// The agent's last word: no connection will do better.
+			return nil, fmt.Errorf("%w: %w", runbox.ErrSessionEnded, err)
+		}
 	}
 	if err := s.checkRunning(ctx); err != nil {
 		return nil, err

@@ -83,13 +83,16 @@ func NewClient(rw io.ReadWriteCloser, o ClientOptions) (*Client, error) {
 }
 
 func (c *Client) handshake(r *Reader, nonce, key []byte) (Hello, error) {
-	if err := c.write(func(w io.Writer) error {
-		return WriteJSON(w, TypeHello, 0, Hello{Version: Version, Nonce: nonce})
-	}); err != nil {
-		return Hello{}, err
-	}
+	// Written without failing the client, so that the agent's answer can
+	// still be read: an agent whose session is over says so and hangs up.
+	c.wmu.Lock()
+	werr := WriteJSON(c.rw, TypeHello, 0, Hello{Version: Version, Nonce: nonce})
+	c.wmu.Unlock()
 	f, err := r.Next()
 	if err != nil {
+		if werr != nil {
+			return Hello{}, fmt.Errorf("%w: %w", ErrConnectionLost, werr)
+		}
 		return Hello{}, err
 	}
 	if f.Type == TypeError {

@@ -514,6 +514,7 @@ func (s *server) handle(nc net.Conn) {
 	r := NewReader(nc)
 	_ = nc.SetDeadline(time.Now().Add(handshakeTimeout))
 	if over := s.endedWith(); over != "" {
+		_, _ = r.Next() // the caller's hello: let it finish writing, then answer
 		_ = c.sendJSON(TypeError, 0, Fatal{Error: "session ended: " + over, Ended: true})
 		return
 	}
