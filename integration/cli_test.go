@@ -73,8 +73,16 @@ func cliIn(t *testing.T, dir string, stdin io.Reader, args ...string) cliResult 
 	defer cancel()
 	cmd := exec.CommandContext(ctx, runboxBinary(t), args...)
 	cmd.Dir = dir
+	cmd.Stdin = stdin
+	return runCmd(t, cmd)
+}
+
+// runCmd runs cmd to its end and returns its output and exit status; an
+// exit status is a result, a failure to run it fails the test.
+func runCmd(t testing.TB, cmd *exec.Cmd) cliResult {
+	t.Helper()
 	var out, errb bytes.Buffer
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, &out, &errb
+	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
 	code := 0
 	var ee *exec.ExitError

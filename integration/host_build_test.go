@@ -3,10 +3,8 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -24,17 +22,7 @@ func hostBuild(t *testing.T, dir string, args ...string) cliResult {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, runboxBinary(t), append([]string{"host"}, args...)...)
 	cmd.Dir = dir
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else {
-		require.NoError(t, err)
-	}
-	return cliResult{out.String(), errb.String(), code}
+	return runCmd(t, cmd)
 }
 
 // TestHostBuildsThisRepository builds and tests this repository

@@ -3,9 +3,7 @@
 package integration
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"os"
 	"os/exec"
 	"os/user"
@@ -79,17 +77,7 @@ func runAs(t *testing.T, cred *syscall.Credential, name string, args ...string) 
 		cmd.Env = append(cmd.Env, "DOCKER_HOST="+host)
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	err := cmd.Run()
-	code := 0
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-	} else {
-		require.NoError(t, err)
-	}
-	return cliResult{out.String(), errb.String(), code}
+	return runCmd(t, cmd)
 }
 
 // TestAgentForDockerGroupUser: the fast, authenticated local path works
