@@ -39,10 +39,16 @@ func classifyImageErr(ref string, err error) error {
 }
 
 // engineErr marks connection failures as transport failures and returns
-// other errors unchanged.
+// other errors unchanged. A failure of runbox's own dialer already names
+// the endpoint and says what failed, so the client's wrapping (with its
+// request URL) is dropped.
 func engineErr(err error) error {
 	if err == nil {
 		return nil
+	}
+	var ce *engineConnError
+	if errors.As(err, &ce) {
+		return fmt.Errorf("%w: %w", runbox.ErrTransport, ce)
 	}
 	if client.IsErrConnectionFailed(err) {
 		return fmt.Errorf("%w: %w", runbox.ErrTransport, err)

@@ -45,6 +45,7 @@ type Executor struct {
 	termGrace    time.Duration // Terminate's grace period for streaming processes
 	lease        time.Duration // agent sessions' time to live without renewal; 0: persistent
 	reapOnce     sync.Once     // Reap at the first Open
+	endpoint     Endpoint      // the Engine, as it was chosen
 }
 
 var _ runbox.Executor = (*Executor)(nil)
@@ -53,7 +54,7 @@ var _ runbox.Executor = (*Executor)(nil)
 type Option func(*config) error
 
 type config struct {
-	clientOpts   []client.Opt
+	choice       engineChoice
 	cli          *client.Client
 	defaultSpec  *runbox.Spec
 	owner        string
@@ -66,11 +67,13 @@ type config struct {
 }
 
 // WithHost connects to the Engine at host (for example
-// "unix:///var/run/docker.sock" or "tcp://127.0.0.1:2375") instead of the
-// one DOCKER_HOST names.
+// "unix:///var/run/docker.sock", "tcp://127.0.0.1:2376" or
+// "ssh://user@host") instead of the one the environment names, as the
+// docker CLI's --host does: the TLS variables still apply to it, and it
+// cannot be combined with WithContext.
 func WithHost(host string) Option {
 	return func(c *config) error {
-		c.clientOpts = append(c.clientOpts, client.WithHost(host))
+		c.choice.host = host
 		return nil
 	}
 }
@@ -142,10 +145,14 @@ func WithRemoteEngine() Option {
 	}
 }
 
-// New returns an Executor for the Engine named by the environment
-// (DOCKER_HOST, DOCKER_TLS_VERIFY, DOCKER_CERT_PATH, DOCKER_API_VERSION)
-// unless options say otherwise. The API version is negotiated with the
-// Engine on first use; Engine API 1.41 and newer are supported.
+// New returns an Executor for the Engine the docker CLI would use, unless
+// options say otherwise: WithContext or WithHost, then DOCKER_HOST (with
+// DOCKER_TLS_VERIFY, DOCKER_TLS and DOCKER_CERT_PATH), DOCKER_CONTEXT, the
+// current context of the docker config ($DOCKER_CONFIG/config.json), then
+// the default socket. Contexts and their TLS material are read from the
+// docker CLI's store. The API version is negotiated with the Engine on
+// first use (DOCKER_API_VERSION pins it); Engine API 1.41 and newer are
+// supported.
 func New(opts ...Option) (*Executor, error) {
 	c := config{owner: defaultOwner(), closeTimeout: 30 * time.Second, termGrace: runbox.DefaultTerminateGrace, lease: DefaultLease}
 	for _, o := range opts {
@@ -165,12 +172,21 @@ func New(opts ...Option) (*Executor, error) {
 		lease:        c.lease,
 	}
 	if e.cli == nil {
-		all := append([]client.Opt{client.FromEnv}, c.clientOpts...)
-		cli, err := client.New(all...)
+		ep, dep, err := resolveEndpoint(c.choice)
 		if err != nil {
-			return nil, fmt.Errorf("runbox/docker: engine client: %w", err)
+			return nil, err
 		}
-		e.cli, e.ownsClient = cli, true
+		copts, err := clientOpts(ep, dep)
+		if err != nil {
+			return nil, err
+		}
+		cli, err := client.New(copts...)
+		if err != nil {
+			return nil, fmt.Errorf("runbox/docker: engine client for %s: %w", ep, err)
+		}
+		e.cli, e.ownsClient, e.endpoint = cli, true, ep
+	} else {
+		e.endpoint = Endpoint{Host: e.cli.DaemonHost(), Source: "option"}
 	}
 	// Local means: bind mounts reach the Engine's host and the kernel can
 	// vouch for the agent's pid (see acceptAgent).

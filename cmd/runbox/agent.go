@@ -30,6 +30,7 @@ func newAgent() *cobra.Command {
 // in-session agent; the library checks that it is a static executable for
 // the session's architecture and falls back to plain exec otherwise.
 func newEngine(opts ...docker.Option) (*docker.Executor, error) {
+	opts = append(engineOptions(), opts...)
 	if self, err := os.Executable(); err == nil && os.Getenv(docker.EnvAgent) == "" {
 		opts = append([]docker.Option{docker.WithAgent(self)}, opts...)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/docker"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -84,8 +85,10 @@ func hint(err error) string {
 		return " (give more characters of the ID, or the name)"
 	case errors.Is(err, runbox.ErrImageUnavailable):
 		return " (pull it with `runbox image pull`, or check the reference)"
+	case errors.Is(err, docker.ErrEngineTLS):
+		return " (check the Engine's certificates: DOCKER_CERT_PATH, or the context's TLS material)"
 	case errors.Is(err, runbox.ErrTransport):
-		return " (is the Docker Engine running? DOCKER_HOST selects which one)"
+		return " (is the Docker Engine running? --host, --context, DOCKER_HOST and DOCKER_CONTEXT select which one)"
 	case errors.Is(err, runbox.ErrSessionEnded):
 		return " (the session's lifetime process has exited; close it with `runbox close`)"
 	case errors.Is(err, runbox.ErrOutputLimit):
@@ -103,7 +106,8 @@ func newRoot() *cobra.Command {
 A session is a labelled container made of exactly the image, network
 (none unless asked), mounts, limits and lifetime process you give. It
 outlives one invocation: open it, exec in it as often as you like, snapshot
-it, close it. The Engine is the one DOCKER_HOST names.
+it, close it. The Engine is the one docker would use: --host, --context,
+DOCKER_HOST, DOCKER_CONTEXT, then "docker context use".
 
 Exit status: the command's own; 124 on --timeout; 128+N after signal N;
 125 when runbox itself failed (one line on stderr says why).`,
@@ -117,6 +121,7 @@ Exit status: the command's own; 124 on --timeout; 128+N after signal N;
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
+	addEngineFlags(root)
 	root.AddCommand(newVersion(), newDemo(), newImage(), newOpen(), newExec(), newShell(),
 		newSnapshot(), newClose(), newLs(), newPrune(), newRun(), newHost(), newAgent(), newRenew(), newCp())
 	return root
@@ -150,6 +155,7 @@ func newVersion() *cobra.Command {
 		Args:  cobra.NoArgs,
 		Run: func(cmd *cobra.Command, _ []string) {
 			fmt.Fprintln(cmd.OutOrStdout(), version)
+			printEngine(cmd.Context(), cmd.OutOrStdout())
 		},
 	}
 }

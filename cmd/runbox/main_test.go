@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -48,9 +50,10 @@ func TestCompletionAndVersion(t *testing.T) {
 	root := newRoot()
 	var out bytes.Buffer
 	root.SetOut(&out)
-	root.SetArgs([]string{"version"})
-	require.NoError(t, root.Execute())
-	assert.Equal(t, version+"\n", out.String())
+	root.SetArgs([]string{"--host", "unix://" + filepath.Join(t.TempDir(), "none.sock"), "version"})
+	require.NoError(t, root.Execute(), "an unreachable Engine does not fail version")
+	assert.True(t, strings.HasPrefix(out.String(), version+"\nEngine:\n"), out.String())
+	assert.Contains(t, out.String(), "none.sock", "the endpoint is named")
 }
 
 func TestParseVolume(t *testing.T) {
