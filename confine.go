@@ -89,7 +89,37 @@ type Guarantees struct {
 	// Mechanisms names what enforces the report (for example "pid-ns" or
 	// "landlock-abi-7"); it is informational.
 	Mechanisms []string
+
+	// The fields below describe a session's system; the host backend
+	// leaves them unreported (zero).
+
+	// Kernel names the kernel that serves the process's system calls:
+	// KernelHost, or a user-space kernel such as KernelGVisor; "" means
+	// not reported.
+	Kernel string
+	// ReadOnlyRoot: the root filesystem is read-only; the process writes
+	// only to writable mounts and tmpfs.
+	ReadOnlyRoot bool
+	// NoNewPrivileges: exec cannot raise the process's privileges
+	// (setuid binaries, file capabilities).
+	NoNewPrivileges bool
+	// Capabilities lists the Linux capabilities the process may hold (its
+	// bounding set), sorted, without "CAP_". nil means not reported; an
+	// empty list means none at all.
+	Capabilities []string
+	// User is the user the process runs as ("uid[:gid]" or a name, "0"
+	// for root); "" means not reported.
+	User string
 }
+
+// Kernels a report can name.
+const (
+	// KernelHost: the host's own kernel, shared with everything else on it.
+	KernelHost = "host"
+	// KernelGVisor: gVisor's user-space kernel; the host kernel sees only
+	// gVisor's own, narrow use of it.
+	KernelGVisor = "gvisor"
+)
 
 // Missing returns the names of the boundaries required by want that g does
 // not provide, in a fixed order; empty means g covers want.
@@ -106,6 +136,25 @@ func (g Guarantees) Missing(want Guarantees) []string {
 	check("environment scrub", want.EnvScrub, g.EnvScrub)
 	check("network boundary", want.NetworkBoundary, g.NetworkBoundary)
 	check("resource limits", want.ResourceLimits, g.ResourceLimits)
+	check("read-only root", want.ReadOnlyRoot, g.ReadOnlyRoot)
+	check("no new privileges", want.NoNewPrivileges, g.NoNewPrivileges)
+	if want.Kernel != "" && want.Kernel != g.Kernel {
+		miss = append(miss, "kernel "+want.Kernel)
+	}
+	if want.Capabilities != nil {
+		allowed := make(map[string]bool, len(want.Capabilities))
+		for _, c := range want.Capabilities {
+			allowed[c] = true
+		}
+		for _, c := range g.Capabilities {
+			if !allowed[c] {
+				miss = append(miss, "without capability "+c)
+			}
+		}
+		if g.Capabilities == nil {
+			miss = append(miss, "capabilities reported")
+		}
+	}
 	if want.Lifetime > g.Lifetime {
 		miss = append(miss, "lifetime containment "+want.Lifetime.String())
 	}
@@ -124,15 +173,27 @@ type guaranteesJSON struct {
 	ResourceLimits  bool                `json:"resourceLimits"`
 	Lifetime        LifetimeContainment `json:"lifetime"`
 	Mechanisms      []string            `json:"mechanisms"`
+	Kernel          string              `json:"kernel,omitempty"`
+	ReadOnlyRoot    bool                `json:"readOnlyRoot,omitempty"`
+	NoNewPrivileges bool                `json:"noNewPrivileges,omitempty"`
+	Capabilities    *[]string           `json:"capabilities,omitempty"`
+	User            string              `json:"user,omitempty"`
 }
 
 // MarshalJSON encodes g with lower-camel-case keys, the level and lifetime
 // as names ("full", "enforced") and mechanisms as an array (never null).
-// The shape is stable: keys are only ever added.
+// The session fields are left out while unreported; capabilities, once
+// reported, is an array (empty: none). The shape is stable: keys are only
+// ever added.
 func (g Guarantees) MarshalJSON() ([]byte, error) {
 	m := g.Mechanisms
 	if m == nil {
 		m = []string{}
+	}
+	var caps *[]string
+	if g.Capabilities != nil {
+		c := g.Capabilities
+		caps = &c
 	}
 	return json.Marshal(guaranteesJSON{
 		Level:           g.Level,
@@ -144,6 +205,11 @@ func (g Guarantees) MarshalJSON() ([]byte, error) {
 		ResourceLimits:  g.ResourceLimits,
 		Lifetime:        g.Lifetime,
 		Mechanisms:      m,
+		Kernel:          g.Kernel,
+		ReadOnlyRoot:    g.ReadOnlyRoot,
+		NoNewPrivileges: g.NoNewPrivileges,
+		Capabilities:    caps,
+		User:            g.User,
 	})
 }
 
@@ -168,6 +234,13 @@ func (g *Guarantees) UnmarshalJSON(b []byte) error {
 		Lifetime:        j.Lifetime,
 		Level:           j.Level,
 		Mechanisms:      j.Mechanisms,
+		Kernel:          j.Kernel,
+		ReadOnlyRoot:    j.ReadOnlyRoot,
+		NoNewPrivileges: j.NoNewPrivileges,
+		User:            j.User,
+	}
+	if j.Capabilities != nil {
+		g.Capabilities = append([]string{}, (*j.Capabilities)...)
 	}
 	return nil
 }

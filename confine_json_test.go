@@ -19,6 +19,8 @@ func TestGuaranteesJSONRoundTrip(t *testing.T) {
 			EnvScrub: true, NetworkBoundary: true, ResourceLimits: true,
 			Lifetime: runbox.LifetimeContainmentEnforced, Mechanisms: []string{"pid-ns", "landlock-abi-7"},
 		},
+		{Kernel: runbox.KernelGVisor, ReadOnlyRoot: true, NoNewPrivileges: true, Capabilities: []string{}, User: "0"},
+		{Kernel: runbox.KernelHost, Capabilities: []string{"CHOWN", "KILL"}, User: "1000:1000"},
 	} {
 		b, err := json.Marshal(g)
 		require.NoError(t, err)
@@ -67,4 +69,25 @@ func TestGuaranteeEnumsText(t *testing.T) {
 	assert.Error(t, json.Unmarshal([]byte(`{"level":"total"}`), &g), "an unknown level is an error")
 	assert.Error(t, json.Unmarshal([]byte(`{"lifetime":"forever"}`), &g), "an unknown lifetime is an error")
 	assert.Error(t, json.Unmarshal([]byte(`{"level":2}`), &g), "the level is a name, not a number")
+}
+
+// Unreported session fields stay out of the JSON; capabilities reported
+// as none is an empty array, not an absent key.
+func TestGuaranteesJSONSessionFields(t *testing.T) {
+	b, err := json.Marshal(runbox.Guarantees{})
+	require.NoError(t, err)
+	assert.NotContains(t, string(b), "capabilities")
+	assert.NotContains(t, string(b), "kernel")
+	b, err = json.Marshal(runbox.Guarantees{Capabilities: []string{}, Kernel: runbox.KernelHost})
+	require.NoError(t, err)
+	assert.Contains(t, string(b), `"capabilities":[]`)
+	assert.Contains(t, string(b), `"kernel":"host"`)
+}
+
+func TestGuaranteesMissingSessionFields(t *testing.T) {
+	g := runbox.Guarantees{Kernel: runbox.KernelHost, Capabilities: []string{"CHOWN", "KILL"}}
+	assert.Equal(t, []string{"read-only root", "no new privileges", "kernel gvisor", "without capability KILL"},
+		g.Missing(runbox.Guarantees{ReadOnlyRoot: true, NoNewPrivileges: true, Kernel: runbox.KernelGVisor, Capabilities: []string{"CHOWN"}}))
+	assert.Empty(t, g.Missing(runbox.Guarantees{Kernel: runbox.KernelHost, Capabilities: []string{"CHOWN", "KILL", "MKNOD"}}))
+	assert.Equal(t, []string{"capabilities reported"}, (runbox.Guarantees{}).Missing(runbox.Guarantees{Capabilities: []string{}}))
 }

@@ -55,6 +55,13 @@ type Spec struct {
 	// Init runs a minimal init as PID 1 that reaps orphaned processes and
 	// forwards signals to the lifetime process.
 	Init bool
+	// Runtime names the OCI runtime the Engine runs the session with; it
+	// must be one the Engine knows, for example "runsc" (gVisor, a
+	// user-space kernel). "" means the Engine's default runtime.
+	Runtime string
+	// Security holds hardening choices; its zero value keeps the Engine's
+	// defaults.
+	Security Security
 }
 
 // Validate checks everything about s that can be checked without an Engine.
@@ -75,6 +82,12 @@ func (s Spec) Validate() error {
 		return fmt.Errorf("%w: %w", ErrInvalidSpec, err)
 	}
 	if err := validateMounts(s.Mounts); err != nil {
+		return err
+	}
+	if strings.ContainsAny(s.Runtime, "\x00/ \t\n") {
+		return fmt.Errorf("%w: runtime name %q", ErrInvalidSpec, s.Runtime)
+	}
+	if err := s.Security.validate(s.Mounts); err != nil {
 		return err
 	}
 	for k, v := range s.Labels {

@@ -36,6 +36,11 @@ func TestSpecValidate(t *testing.T) {
 	dir := t.TempDir()
 	good := Spec{Image: "busybox", Mounts: []Mount{{Source: dir, Target: "/a"}, {Source: dir, Target: "/b", ReadOnly: true}}}
 	require.NoError(t, good.Validate())
+	hardened := Spec{Image: "busybox", Runtime: "runsc", Security: Security{
+		CapDrop: []string{"ALL"}, CapAdd: []string{"cap_chown", "KILL"}, NoNewPrivileges: true, ReadOnlyRootfs: true,
+		Tmpfs: []Tmpfs{{Target: "/tmp", Options: "size=64m,mode=1777"}, {Target: "/run"}},
+	}}
+	require.NoError(t, hardened.Validate())
 
 	bad := map[string]Spec{
 		"no image":          {},
@@ -50,6 +55,13 @@ func TestSpecValidate(t *testing.T) {
 		"bad env":           {Image: "x", Env: []string{"X"}},
 		"empty process":     {Image: "x", Process: []string{}},
 		"empty label":       {Image: "x", Labels: map[string]string{"": "v"}},
+		"runtime with /":    {Image: "x", Runtime: "/usr/bin/runsc"},
+		"bad capability":    {Image: "x", Security: Security{CapDrop: []string{"NET RAW"}}},
+		"empty capability":  {Image: "x", Security: Security{CapAdd: []string{""}}},
+		"relative tmpfs":    {Image: "x", Security: Security{Tmpfs: []Tmpfs{{Target: "tmp"}}}},
+		"root tmpfs":        {Image: "x", Security: Security{Tmpfs: []Tmpfs{{Target: "/"}}}},
+		"tmpfs over mount":  {Image: "x", Mounts: []Mount{{Source: dir, Target: "/a"}}, Security: Security{Tmpfs: []Tmpfs{{Target: "/a/"}}}},
+		"tmpfs bad options": {Image: "x", Security: Security{Tmpfs: []Tmpfs{{Target: "/t", Options: "size=1m mode=1"}}}},
 	}
 	for name, s := range bad {
 		assert.ErrorIs(t, s.Validate(), ErrInvalidSpec, name)

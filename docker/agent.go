@@ -151,8 +151,11 @@ type agentPlan struct {
 }
 
 // planAgent decides whether spec's session gets an agent. It returns nil
-// (no error) for a plain-exec session.
-func (e *Executor) planAgent(ctx context.Context, spec runbox.Spec) (*agentPlan, error) {
+// (no error) for a plain-exec session. The agent dials the caller's socket
+// only where the session runs on the host's kernel: a user-space kernel
+// (gVisor) or a virtual machine has its own sockets, so the agent listens
+// inside and is reached over an exec, as with a remote Engine.
+func (e *Executor) planAgent(ctx context.Context, spec runbox.Spec, rt runtimeInfo) (*agentPlan, error) {
 	if e.agentMode == agentOff {
 		return nil, nil
 	}
@@ -183,7 +186,8 @@ func (e *Executor) planAgent(ctx context.Context, spec runbox.Spec) (*agentPlan,
 		}
 		return nil, nil
 	}
-	plan := &agentPlan{binary: binary, lifetime: spec.Process, local: e.localEngine, lease: e.lease, engine: e.cli.DaemonHost()}
+	local := e.localEngine && rt.kernel == runbox.KernelHost
+	plan := &agentPlan{binary: binary, lifetime: spec.Process, local: local, lease: e.lease, engine: e.cli.DaemonHost()}
 	if plan.lifetime == nil && img.Config != nil {
 		plan.lifetime = append(append([]string{}, img.Config.Entrypoint...), img.Config.Cmd...)
 	}
@@ -619,7 +623,9 @@ const (
 	// socket or read the agent, so no process in the session can issue a
 	// command, forge a result or see a command's environment.
 	AgentAuthKernel
-	// AgentAuthKey: a remote Engine. Both ends prove the session key
+	// AgentAuthKey: a remote Engine, or a session whose kernel is not the
+	// host's (gVisor), where a host socket cannot be reached from inside.
+	// Both ends prove the session key
 	// before any command is sent, so a process in the session cannot issue
 	// commands or pass for the agent on a new connection. The connection
 	// itself runs through `runbox agent connect` inside the session, whose

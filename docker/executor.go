@@ -46,6 +46,7 @@ type Executor struct {
 	lease        time.Duration // agent sessions' time to live without renewal; 0: persistent
 	reapOnce     sync.Once     // Reap at the first Open
 	endpoint     Endpoint      // the Engine, as it was chosen
+	runtimes     runtimeCache  // the Engine's OCI runtimes
 }
 
 var _ runbox.Executor = (*Executor)(nil)

@@ -146,6 +146,8 @@ func (e *Executor) Session(ctx context.Context, ref string) (*Session, error) {
 	}
 	if hc := res.Container.HostConfig; hc != nil {
 		spec.Network = runbox.NetworkPolicy(hc.NetworkMode)
+		spec.Runtime = hc.Runtime
+		spec.Security = securityOf(hc)
 	}
 	s := &Session{e: e, id: res.Container.ID, spec: spec}
 	if how := cfg.Labels[LabelAgent]; how != "" {
@@ -179,4 +181,19 @@ func (e *Executor) Session(ctx context.Context, ref string) (*Session, error) {
 		// session found here needs no agent, not even a live one.
 	}
 	return s, nil
+}
+
+// securityOf reads a container's hardening back into Spec terms.
+func securityOf(hc *container.HostConfig) runbox.Security {
+	sec := runbox.Security{CapDrop: hc.CapDrop, CapAdd: hc.CapAdd, ReadOnlyRootfs: hc.ReadonlyRootfs}
+	for _, o := range hc.SecurityOpt {
+		if o == "no-new-privileges" || o == "no-new-privileges:true" || o == "no-new-privileges=true" {
+			sec.NoNewPrivileges = true
+		}
+	}
+	for t, o := range hc.Tmpfs {
+		sec.Tmpfs = append(sec.Tmpfs, runbox.Tmpfs{Target: t, Options: o})
+	}
+	sort.Slice(sec.Tmpfs, func(i, j int) bool { return sec.Tmpfs[i].Target < sec.Tmpfs[j].Target })
+	return sec
 }

@@ -87,7 +87,11 @@ func (e *Executor) open(ctx context.Context, spec runbox.Spec) (*Session, error)
 	if err := e.checkNetwork(ctx, spec.Network); err != nil {
 		return nil, err
 	}
-	plan, err := e.planAgent(ctx, spec)
+	rt, err := e.runtime(ctx, spec.Runtime)
+	if err != nil {
+		return nil, err
+	}
+	plan, err := e.planAgent(ctx, spec, rt)
 	if err != nil {
 		return nil, err
 	}
@@ -235,9 +239,23 @@ func containerConfig(spec runbox.Spec, owner string, now time.Time) (*container.
 		// entrypoint and command: the lifetime process is exactly this.
 		cfg.Entrypoint = spec.Process
 	}
+	sec := spec.Security
 	hostCfg := &container.HostConfig{
-		NetworkMode: container.NetworkMode(spec.Network),
-		Init:        &spec.Init,
+		NetworkMode:    container.NetworkMode(spec.Network),
+		Init:           &spec.Init,
+		Runtime:        spec.Runtime,
+		CapDrop:        sec.CapDrop,
+		CapAdd:         sec.CapAdd,
+		ReadonlyRootfs: sec.ReadOnlyRootfs,
+	}
+	if sec.NoNewPrivileges {
+		hostCfg.SecurityOpt = []string{"no-new-privileges"}
+	}
+	for _, t := range sec.Tmpfs {
+		if hostCfg.Tmpfs == nil {
+			hostCfg.Tmpfs = map[string]string{}
+		}
+		hostCfg.Tmpfs[path.Clean(t.Target)] = t.Options
 	}
 	for _, m := range spec.Mounts {
 		hostCfg.Mounts = append(hostCfg.Mounts, mount.Mount{

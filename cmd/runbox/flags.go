@@ -27,6 +27,46 @@ type openFlags struct {
 	name    string
 	user    string
 	init    bool
+	hard    hardenFlags
+}
+
+// hardenFlags are the runtime and hardening flags, with docker's spellings.
+type hardenFlags struct {
+	runtime     string
+	capDrop     []string
+	capAdd      []string
+	securityOpt []string
+	readOnly    bool
+	tmpfs       []string
+}
+
+func (f *hardenFlags) register(fs *pflag.FlagSet) {
+	fs.StringVar(&f.runtime, "runtime", "", "OCI runtime the Engine knows, e.g. runsc (gVisor); default: the Engine's")
+	fs.StringArrayVar(&f.capDrop, "cap-drop", nil, "drop a capability, or ALL (repeatable)")
+	fs.StringArrayVar(&f.capAdd, "cap-add", nil, "add a capability, after --cap-drop (repeatable)")
+	fs.StringArrayVar(&f.securityOpt, "security-opt", nil, "security option; runbox knows no-new-privileges")
+	fs.BoolVar(&f.readOnly, "read-only", false, "make the root filesystem read-only")
+	fs.StringArrayVar(&f.tmpfs, "tmpfs", nil, "mount a tmpfs at DST[:OPTIONS], e.g. /tmp:size=64m (repeatable)")
+}
+
+// apply puts the flags into spec.
+func (f *hardenFlags) apply(spec *runbox.Spec) error {
+	spec.Runtime = f.runtime
+	sec := runbox.Security{CapDrop: f.capDrop, CapAdd: f.capAdd, ReadOnlyRootfs: f.readOnly}
+	for _, o := range f.securityOpt {
+		switch o {
+		case "no-new-privileges", "no-new-privileges:true", "no-new-privileges=true":
+			sec.NoNewPrivileges = true
+		default:
+			return fmt.Errorf("%w: --security-opt %q: runbox supports no-new-privileges only", runbox.ErrInvalidSpec, o)
+		}
+	}
+	for _, t := range f.tmpfs {
+		dst, opts, _ := strings.Cut(t, ":")
+		sec.Tmpfs = append(sec.Tmpfs, runbox.Tmpfs{Target: dst, Options: opts})
+	}
+	spec.Security = sec
+	return nil
 }
 
 func (f *openFlags) register(fs *pflag.FlagSet) {
@@ -40,6 +80,7 @@ func (f *openFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.name, "name", "", "session name, usable wherever a session ID is")
 	fs.StringVarP(&f.user, "user", "u", "", "user for the lifetime process and commands (uid[:gid] or name)")
 	fs.BoolVar(&f.init, "init", false, "run an init as PID 1 that reaps orphans and forwards signals")
+	f.hard.register(fs)
 }
 
 // spec builds and validates the session Spec. Nothing is created when it
@@ -80,6 +121,9 @@ func (f *openFlags) spec(image string, process []string) (runbox.Spec, error) {
 	}
 	spec.Resources.CPUs = f.cpus
 	spec.Resources.Pids = f.pids
+	if err := f.hard.apply(&spec); err != nil {
+		return spec, err
+	}
 	if err := runbox.ValidateEnv(f.env); err != nil {
 		return spec, fmt.Errorf("%w: -e: %w", runbox.ErrInvalidSpec, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/pflag"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -69,4 +70,26 @@ func TestFailureIsOneLine(t *testing.T) {
 	var b strings.Builder
 	printFailure(&b, errors.Join(errors.New("first\n"), fmt.Errorf("%w: second", runbox.ErrSessionNotFound)))
 	assert.Equal(t, "runbox: first; runbox: session not found: second (see `runbox ls` for the sessions there are)\n", b.String())
+}
+
+func TestHardenFlags(t *testing.T) {
+	var of openFlags
+	fs := pflag.NewFlagSet("open", pflag.ContinueOnError)
+	of.register(fs)
+	require.NoError(t, fs.Parse([]string{"--runtime", "runsc", "--cap-drop", "ALL", "--cap-add", "CHOWN",
+		"--security-opt", "no-new-privileges", "--read-only", "--tmpfs", "/tmp:size=64m,mode=1777", "--tmpfs", "/run"}))
+	spec, err := of.spec("img", nil)
+	require.NoError(t, err)
+	assert.Equal(t, "runsc", spec.Runtime)
+	assert.Equal(t, runbox.Security{CapDrop: []string{"ALL"}, CapAdd: []string{"CHOWN"}, NoNewPrivileges: true, ReadOnlyRootfs: true,
+		Tmpfs: []runbox.Tmpfs{{Target: "/tmp", Options: "size=64m,mode=1777"}, {Target: "/run"}}}, spec.Security)
+
+	for _, bad := range [][]string{{"--security-opt", "seccomp=unconfined"}, {"--tmpfs", "relative"}, {"--cap-drop", "NET RAW"}} {
+		var of openFlags
+		fs := pflag.NewFlagSet("open", pflag.ContinueOnError)
+		of.register(fs)
+		require.NoError(t, fs.Parse(bad))
+		_, err := of.spec("img", nil)
+		assert.ErrorIs(t, err, runbox.ErrInvalidSpec, bad)
+	}
 }
