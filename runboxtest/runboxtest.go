@@ -13,7 +13,8 @@
 // Tools the probes need, in both the backend and the control: sh, echo,
 // cat, test, ln, rm, kill, sleep (with fractional seconds), setsid and
 // flock for lifetime containment, and bash (for /dev/tcp) or nc for the
-// network boundary.
+// network boundary; for the claims about a session's system also uname,
+// dmesg, grep, sed, id, touch, chmod, chown and chroot.
 package runboxtest
 
 import (
@@ -63,6 +64,12 @@ type Backend struct {
 	// TCPAddr is a host:port that Control can connect to and Process must
 	// not; empty means a listener the suite opens on 127.0.0.1.
 	TCPAddr string
+	// Peer is the same system as Process with its defaults (for a
+	// session: the same image and runtime, nothing hardened), where the
+	// probes of a read-only root, no-new-privileges and a capability set
+	// must succeed. Required for those claims; it may be Process itself
+	// when Process claims none of them.
+	Peer runbox.Process
 }
 
 // timeout bounds each probe so that a hang fails the test; it never
@@ -146,6 +153,7 @@ func Run(t *testing.T, b Backend) {
 	if b.Claims.Lifetime == runbox.LifetimeContainmentEnforced {
 		t.Run("LifetimeEnforced", func(t *testing.T) { checkLifetime(t, b) })
 	}
+	checkSystem(t, b)
 }
 
 func checkRuns(t *testing.T, b Backend) {
