@@ -175,4 +175,3 @@ func checkSystem(t *testing.T, b Backend) {
 		t.Run("User", func(t *testing.T) { checkUser(t, b) })
 	}
 }
-
