@@ -45,7 +45,7 @@ fuzz:
 
 ## build: a static runbox, which can also serve as the in-session agent
 build:
-	CGO_ENABLED=0 $(GO) build -o bin/runbox ./cmd/runbox
+	CGO_ENABLED=0 $(GO) build -ldflags "-X main.version=$$(git describe --tags --always --dirty 2>/dev/null || echo unknown)" -o bin/runbox ./cmd/runbox
 
 clean:
 	rm -rf bin

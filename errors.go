@@ -35,6 +35,9 @@ var (
 
 	// ErrStart reports that the program could not be started (not found,
 	// not executable, bad working directory). No exit code is invented.
+	// Where the backend can tell, the error also wraps fs.ErrNotExist (no
+	// such program) or fs.ErrPermission (found, but not executable), which
+	// docker reports as exit statuses 127 and 126.
 	ErrStart = errors.New("runbox: command could not be started")
 
 	// ErrStartRefused reports that a Command's BeforeStart hook returned an

@@ -151,24 +151,27 @@ type agentPlan struct {
 }
 
 // planAgent decides whether spec's session gets an agent. It returns nil
-// (no error) for a plain-exec session. The agent dials the caller's socket
-// only where the session runs on the host's kernel: a user-space kernel
-// (gVisor) or a virtual machine has its own sockets, so the agent listens
-// inside and is reached over an exec, as with a remote Engine.
-func (e *Executor) planAgent(ctx context.Context, spec runbox.Spec, rt runtimeInfo) (*agentPlan, error) {
+// (no error) for a plain-exec session, with the reason when the Executor
+// wanted an agent and found none that would do. The agent dials the
+// caller's socket only where the session runs on the host's kernel: a
+// user-space kernel (gVisor) or a virtual machine has its own sockets, so
+// the agent listens inside and is reached over an exec, as with a remote
+// Engine.
+func (e *Executor) planAgent(ctx context.Context, spec runbox.Spec, rt runtimeInfo) (*agentPlan, string, error) {
 	if e.agentMode == agentOff {
-		return nil, nil
+		return nil, "", nil
 	}
 	candidates := e.agentCandidates()
 	if len(candidates) == 0 {
+		why := fmt.Sprintf("no agent binary (WithAgent, $%s, or runbox on PATH)", EnvAgent)
 		if e.agentMode == agentRequired {
-			return nil, fmt.Errorf("%w: no agent binary (WithAgent, $%s, or runbox on PATH)", ErrAgentUnavailable, EnvAgent)
+			return nil, "", fmt.Errorf("%w: %s", ErrAgentUnavailable, why)
 		}
-		return nil, nil // plain exec, without an extra round trip
+		return nil, why, nil // plain exec, without an extra round trip
 	}
 	img, err := e.cli.ImageInspect(ctx, spec.Image)
 	if err != nil {
-		return nil, classifyImageErr(spec.Image, err)
+		return nil, "", classifyImageErr(spec.Image, err)
 	}
 	var reasons []string
 	var binary string
@@ -182,9 +185,9 @@ func (e *Executor) planAgent(ctx context.Context, spec runbox.Spec, rt runtimeIn
 	}
 	if binary == "" {
 		if e.agentMode == agentRequired {
-			return nil, fmt.Errorf("%w: %s", ErrAgentUnavailable, strings.Join(reasons, "; "))
+			return nil, "", fmt.Errorf("%w: %s", ErrAgentUnavailable, strings.Join(reasons, "; "))
 		}
-		return nil, nil
+		return nil, strings.Join(reasons, "; "), nil
 	}
 	local := e.localEngine && rt.kernel == runbox.KernelHost
 	plan := &agentPlan{binary: binary, lifetime: spec.Process, local: local, lease: e.lease, engine: e.cli.DaemonHost()}
@@ -192,9 +195,9 @@ func (e *Executor) planAgent(ctx context.Context, spec runbox.Spec, rt runtimeIn
 		plan.lifetime = append(append([]string{}, img.Config.Entrypoint...), img.Config.Cmd...)
 	}
 	if len(plan.lifetime) == 0 {
-		return nil, fmt.Errorf("%w: no lifetime process: the spec has none and the image %s has no command", runbox.ErrInvalidSpec, spec.Image)
+		return nil, "", fmt.Errorf("%w: no lifetime process: the spec has none and the image %s has no command", runbox.ErrInvalidSpec, spec.Image)
 	}
-	return plan, nil
+	return plan, "", nil
 }
 
 // apply wraps the lifetime process in the agent and adds the reserved
@@ -569,7 +572,7 @@ func (s *Session) runAgent(ctx context.Context, cmd runbox.Command, streams runb
 	case errors.Is(err, agent.ErrTooLarge):
 		return runbox.Result{}, fmt.Errorf("%w: %w", runbox.ErrInvalidCommand, err)
 	case errors.As(err, &se):
-		return runbox.Result{}, fmt.Errorf("%w: %s", runbox.ErrStart, se.Message)
+		return runbox.Result{}, startErr(se.Message, se.Reason)
 	case ctx.Err() != nil:
 		return runbox.Result{}, cancelled(ctx, "the command's process group was killed")
 	case errors.Is(err, agent.ErrConnectionLost):

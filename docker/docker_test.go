@@ -3,6 +3,7 @@ package docker
 import (
 	"bytes"
 	"errors"
+	"io/fs"
 	"testing"
 	"time"
 
@@ -105,12 +106,33 @@ func TestStartGate(t *testing.T) {
 }
 
 func TestClassifyImageErr(t *testing.T) {
-	err := classifyImageErr("x", cerrdefs.ErrNotFound.WithMessage("no such image"))
+	err := classifyImageErr("x", cerrdefs.ErrNotFound.WithMessage("no such image: x: No such image: x"))
 	assert.ErrorIs(t, err, runbox.ErrImageUnavailable)
+	assert.True(t, cerrdefs.IsNotFound(err), "the Engine's answer stays in the chain")
+	assert.Equal(t, "runbox: image unavailable: x is not on the Engine", err.Error(), "the reference once")
 	err = classifyImageErr("x", cerrdefs.ErrInternal.WithMessage("daemon broke"))
 	assert.NotErrorIs(t, err, runbox.ErrImageUnavailable)
 	err = classifyImageErr("x", cerrdefs.ErrUnavailable.WithMessage("down"))
 	assert.NotErrorIs(t, err, runbox.ErrImageUnavailable)
+}
+
+func TestStartErr(t *testing.T) {
+	for _, c := range []struct {
+		msg            string
+		notFound, perm bool
+	}{
+		{`exec: "/x": stat /x: no such file or directory`, true, false},
+		{`exec: "x": executable file not found in $PATH`, true, false},
+		{`exec /etc: permission denied`, false, true},
+		{`exec /bin/x: exec format error`, false, true},
+		{`chdir to cwd ("/nope") set in config.json failed: no such file or directory`, false, false},
+	} {
+		err := startErr(c.msg, engineStartReason(c.msg))
+		assert.ErrorIs(t, err, runbox.ErrStart, c.msg)
+		assert.Equal(t, c.notFound, errors.Is(err, fs.ErrNotExist), c.msg)
+		assert.Equal(t, c.perm, errors.Is(err, fs.ErrPermission), c.msg)
+		assert.Equal(t, "runbox: command could not be started: "+c.msg, err.Error())
+	}
 }
 
 func TestNewValidatesOptions(t *testing.T) {

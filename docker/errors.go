@@ -3,11 +3,14 @@ package docker
 import (
 	"errors"
 	"fmt"
+	"io/fs"
+	"strings"
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
 
 	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/agent"
 )
 
 // ErrNoDefaultSpec reports Executor.Run without WithDefaultSpec.
@@ -33,10 +36,31 @@ func classifyImageErr(ref string, err error) error {
 		return nil
 	}
 	if cerrdefs.IsNotFound(err) {
-		return fmt.Errorf("%w: %s: %w", runbox.ErrImageUnavailable, ref, err)
+		// The Engine's own text repeats the reference twice more.
+		return &wrapped{msg: fmt.Sprintf("%v: %s is not on the Engine", runbox.ErrImageUnavailable, ref), errs: []error{runbox.ErrImageUnavailable, err}}
 	}
 	return engineErr(err)
 }
+
+// classifyPullErr is classifyImageErr for a pull's request: a not-found
+// answer there comes from the registry, whose words are kept.
+func classifyPullErr(ref string, err error) error {
+	if cerrdefs.IsNotFound(err) {
+		msg := strings.TrimPrefix(err.Error(), "Error response from daemon: ")
+		return &wrapped{msg: fmt.Sprintf("%v: %s: %s", runbox.ErrImageUnavailable, ref, msg), errs: []error{runbox.ErrImageUnavailable, err}}
+	}
+	return engineErr(err)
+}
+
+// wrapped is an error whose message is written for a reader and whose
+// chain holds the sentinels and causes for errors.Is and errors.As.
+type wrapped struct {
+	msg  string
+	errs []error
+}
+
+func (w *wrapped) Error() string   { return w.msg }
+func (w *wrapped) Unwrap() []error { return w.errs }
 
 // engineErr marks connection failures as transport failures and returns
 // other errors unchanged. A failure of runbox's own dialer already names
@@ -54,4 +78,33 @@ func engineErr(err error) error {
 		return fmt.Errorf("%w: %w", runbox.ErrTransport, err)
 	}
 	return err
+}
+
+// startErr is the error of a program that could not be started: it wraps
+// runbox.ErrStart, and also fs.ErrNotExist when the program was not found
+// or fs.ErrPermission when it was found but could not be executed, so that
+// a caller can tell them apart as docker does (exit statuses 127 and 126).
+func startErr(msg, reason string) error {
+	errs := []error{runbox.ErrStart}
+	switch reason {
+	case agent.ReasonNotFound:
+		errs = append(errs, fs.ErrNotExist)
+	case agent.ReasonNotExecutable:
+		errs = append(errs, fs.ErrPermission)
+	}
+	return &wrapped{msg: fmt.Sprintf("%v: %s", runbox.ErrStart, msg), errs: errs}
+}
+
+// engineStartReason classifies the runtime's words for a failed start as
+// docker's own CLI does. A missing working directory is neither.
+func engineStartReason(msg string) string {
+	switch {
+	case strings.Contains(msg, "chdir"), strings.Contains(msg, "cwd"):
+		return ""
+	case strings.Contains(msg, "executable file not found"), strings.Contains(msg, "no such file or directory"):
+		return agent.ReasonNotFound
+	case strings.Contains(msg, "permission denied"), strings.Contains(msg, "is a directory"), strings.Contains(msg, "exec format error"):
+		return agent.ReasonNotExecutable
+	}
+	return ""
 }

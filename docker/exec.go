@@ -144,14 +144,14 @@ func (s *Session) execOutcome(ctx context.Context, cmd runbox.Command, execID st
 		if msg == "" {
 			msg = fmt.Sprintf("the Engine reported exit code %d without starting a process", *st.ExitCode)
 		}
-		return runbox.Result{}, fmt.Errorf("%w: %s", runbox.ErrStart, msg)
+		return runbox.Result{}, startErr(msg, engineStartReason(msg))
 	}
 	if err := gate.release(); err != nil {
 		return runbox.Result{}, err
 	}
 	if msg, errno, ok := lines.failure(*st.ExitCode, cmd.Args[0]); ok && s.execveCouldFail(ctx, cmd, errno) {
 		notStarted = true
-		return runbox.Result{}, fmt.Errorf("%w: %s", runbox.ErrStart, msg)
+		return runbox.Result{}, startErr(msg, engineStartReason(errno))
 	}
 	return runbox.Result{ExitCode: *st.ExitCode}, nil
 }

@@ -18,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
 	"github.com/distribution/reference"
 	"github.com/moby/moby/api/types/jsonstream"
 	"github.com/moby/moby/client"
@@ -254,7 +255,8 @@ func (e *Executor) InspectImage(ctx context.Context, ref string) (runbox.Image, 
 // and returns the pulled image. Progress is rendered to opts.Progress as the
 // Engine reports it; an error inside the progress stream is returned as a
 // *PullError. The pulled image's platform is checked against the requested
-// one and a difference is runbox.ErrPlatformMismatch.
+// one and a difference is runbox.ErrPlatformMismatch; ref then names what it
+// named before the pull (nothing, or the previous image) again.
 func (e *Executor) PullImage(ctx context.Context, ref string, opts runbox.PullOptions) (runbox.Image, error) {
 	if _, err := reference.ParseNormalizedNamed(ref); err != nil {
 		return runbox.Image{}, fmt.Errorf("%w: image reference %q: %w", runbox.ErrInvalidSpec, ref, err)
@@ -266,9 +268,15 @@ func (e *Executor) PullImage(ctx context.Context, ref string, opts runbox.PullOp
 		}
 		popts.Platforms = []ocispec.Platform{*opts.Platform}
 	}
+	// What ref named before the pull, so that a pull of the wrong
+	// platform can be undone.
+	before, berr := e.InspectImage(ctx, ref)
+	if berr != nil && !errors.Is(berr, runbox.ErrImageUnavailable) {
+		return runbox.Image{}, berr
+	}
 	resp, err := e.cli.ImagePull(ctx, ref, popts)
 	if err != nil {
-		return runbox.Image{}, classifyImageErr(ref, err)
+		return runbox.Image{}, classifyPullErr(ref, err)
 	}
 	defer resp.Close()
 	if err := renderPull(ctx, ref, resp, opts.Progress); err != nil {
@@ -279,10 +287,33 @@ func (e *Executor) PullImage(ctx context.Context, ref string, opts runbox.PullOp
 		return runbox.Image{}, err
 	}
 	if p := opts.Platform; p != nil && !platformMatches(*p, img) {
-		return img, fmt.Errorf("%w: %s is %s, wanted %s", runbox.ErrPlatformMismatch, ref,
+		err := fmt.Errorf("%w: %s is %s, wanted %s", runbox.ErrPlatformMismatch, ref,
 			formatPlatform(img.Platform()), formatPlatform(*p))
+		if img.ID != before.ID {
+			if uerr := e.undoPull(context.WithoutCancel(ctx), ref, img.ID, before.ID); uerr != nil {
+				err = errors.Join(err, uerr)
+			}
+		}
+		return img, err
 	}
 	return img, nil
+}
+
+// undoPull leaves ref as it was before a pull that brought an image of
+// the wrong platform (pulled): naming the previous image again, or nothing
+// when there was none, and removing the pulled image unless something else
+// still names it.
+func (e *Executor) undoPull(ctx context.Context, ref, pulled, previous string) error {
+	if previous != "" {
+		if _, err := e.cli.ImageTag(ctx, client.ImageTagOptions{Source: previous, Target: ref}); err != nil {
+			return fmt.Errorf("%w: restoring %s after a pull of the wrong platform: %w", runbox.ErrCleanup, ref, engineErr(err))
+		}
+	} else if _, err := e.cli.ImageRemove(ctx, ref, client.ImageRemoveOptions{}); err != nil && !cerrdefs.IsNotFound(err) {
+		return fmt.Errorf("%w: removing %s, pulled for the wrong platform: %w", runbox.ErrCleanup, ref, engineErr(err))
+	}
+	// Still named by another reference, or used by a container: it stays.
+	_, _ = e.cli.ImageRemove(ctx, pulled, client.ImageRemoveOptions{})
+	return nil
 }
 
 // renderPull decodes every progress message, renders it, and turns the

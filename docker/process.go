@@ -103,7 +103,7 @@ func (s *Session) Start(ctx context.Context, cmd runbox.Command) (runbox.Streami
 				_ = agent.Decode(f, &sf)
 				call.Abandon()
 				s.mu.unlock()
-				return nil, fmt.Errorf("%w: %s", runbox.ErrStart, sf.Error)
+				return nil, startErr(sf.Error, sf.Reason)
 			}
 		case <-ctx.Done():
 			_ = call.Cancel()

@@ -32,6 +32,7 @@ type Session struct {
 	closed atomic.Bool // set first thing in Close
 
 	plan    *agentPlan    // nil: plain Engine exec
+	noAgent string        // why plan is nil although an agent was wanted
 	agentMu sync.Mutex    // guards agent, which a lost connection replaces
 	agent   *agent.Client // the connection to the agent; nil until one is made
 
@@ -91,7 +92,7 @@ func (e *Executor) open(ctx context.Context, spec runbox.Spec) (*Session, error)
 	if err != nil {
 		return nil, err
 	}
-	plan, err := e.planAgent(ctx, spec, rt)
+	plan, noAgent, err := e.planAgent(ctx, spec, rt)
 	if err != nil {
 		return nil, err
 	}
@@ -118,7 +119,7 @@ func (e *Executor) open(ctx context.Context, spec runbox.Spec) (*Session, error)
 		}
 		return nil, classifyImageErr(spec.Image, err)
 	}
-	s := &Session{e: e, id: created.ID, spec: spec, plan: plan}
+	s := &Session{e: e, id: created.ID, spec: spec, plan: plan, noAgent: noAgent}
 	if err := e.start(ctx, s); err != nil {
 		if rmErr := s.remove(ctx); rmErr != nil {
 			err = errors.Join(err, rmErr)
@@ -382,6 +383,13 @@ func (s *Session) snapshotConfig(labels map[string]string) *container.Config {
 // Agent reports whether the session runs commands through the runbox
 // agent (fast, killable) rather than plain Engine exec.
 func (s *Session) Agent() bool { return s.plan != nil }
+
+// AgentMissing says why a session opened by this Executor runs commands
+// with plain Engine exec although the Executor would have used an agent
+// (none was found, or none fits the image's architecture). It is "" when
+// the session has its agent, when WithoutAgent asked for none, and for a
+// session found with Executor.Session.
+func (s *Session) AgentMissing() string { return s.noAgent }
 
 // LifetimeContainment reports what cancelling a command achieves: with the
 // agent, its process group is killed (best effort: a process that leaves

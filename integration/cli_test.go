@@ -122,7 +122,7 @@ func TestCLIWorkflow(t *testing.T) {
 	assert.Equal(t, "1 /tmp\n", r.stdout)
 
 	r = cli(t, nil, "exec", id, "--", "/no/such/program")
-	assert.Equal(t, 125, r.code)
+	assert.Equal(t, 127, r.code, "not found, as docker says")
 	assert.Empty(t, r.stdout)
 	assert.Contains(t, r.stderr, "could not be started")
 
@@ -198,7 +198,7 @@ func TestCLIBadInputCreatesNothing(t *testing.T) {
 		"missing -v source":   {"open", runLabelFlag(), "-v", "/no/such/dir:/x", fixtureRef, "--", "sleep", "1"},
 		"-v without target":   {"open", runLabelFlag(), "-v", dir, fixtureRef, "--", "sleep", "1"},
 		"-v bad mode":         {"open", runLabelFlag(), "-v", dir + ":/x:rx", fixtureRef, "--", "sleep", "1"},
-		"bad -e":              {"open", runLabelFlag(), "-e", "NOEQUALS", fixtureRef, "--", "sleep", "1"},
+		"bad -e":              {"open", runLabelFlag(), "-e", "=NONAME", fixtureRef, "--", "sleep", "1"},
 		"bad --memory":        {"open", runLabelFlag(), "--memory", "lots", fixtureRef, "--", "sleep", "1"},
 		"negative --pids":     {"open", runLabelFlag(), "--pids", "-1", fixtureRef, "--", "sleep", "1"},
 		"unknown network":     {"open", runLabelFlag(), "--network", "no-such-net-" + runID, fixtureRef},
@@ -311,7 +311,7 @@ func TestCLIHost(t *testing.T) {
 	assert.Equal(t, 124, r.code)
 
 	r = cli(t, nil, "host", "--", "/no/such/program")
-	assert.Equal(t, 125, r.code)
+	assert.Equal(t, 127, r.code, "not found, as docker says")
 }
 
 func TestCLIHostConfinement(t *testing.T) {

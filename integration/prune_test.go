@@ -40,7 +40,7 @@ func TestCLIPruneTellsAReusedPid(t *testing.T) {
 
 	// Other sessions on a shared Engine may fail to close: only these two
 	// are judged here.
-	r := cli(t, nil, "prune")
+	r := cli(t, nil, "prune", "--filter", "label="+labelRun+"="+runID)
 	assert.Contains(t, strings.Fields(r.stdout), orphan.ID(), "the orphan is pruned (stderr %q)", r.stderr)
 	assert.NotContains(t, strings.Fields(r.stdout), owned.ID(), "a live owner's session stays")
 

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"path"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -17,17 +18,20 @@ import (
 
 // openFlags are the session-shaping flags of open and run.
 type openFlags struct {
-	network string
-	volumes []string
-	env     []string
-	labels  []string
-	memory  string
-	cpus    float64
-	pids    int64
-	name    string
-	user    string
-	init    bool
-	hard    hardenFlags
+	network  string
+	volumes  []string
+	env      []string
+	envFiles []string
+	labels   []string
+	memory   string
+	cpus     float64
+	pids     int64
+	name     string
+	user     string
+	init     bool
+	pull     string
+	platform string
+	hard     hardenFlags
 }
 
 // hardenFlags are the runtime and hardening flags, with docker's spellings.
@@ -72,7 +76,8 @@ func (f *hardenFlags) apply(spec *runbox.Spec) error {
 func (f *openFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.network, "network", "none", "network: none, bridge, or the name of an existing Engine network")
 	fs.StringArrayVarP(&f.volumes, "volume", "v", nil, "bind mount SRC:DST[:ro]; SRC must be an existing absolute host path")
-	fs.StringArrayVarP(&f.env, "env", "e", nil, "environment entry K=V for the session (repeatable)")
+	fs.StringArrayVarP(&f.env, "env", "e", nil, "environment entry K=V for the session, or K for this shell's value of K (repeatable)")
+	fs.StringArrayVar(&f.envFiles, "env-file", nil, "read environment entries from a file of K=V or K lines (# starts a comment)")
 	fs.StringArrayVar(&f.labels, "label", nil, "label K=V for the session's container (repeatable)")
 	fs.StringVar(&f.memory, "memory", "", "memory limit in bytes, or with a unit: 512m, 2g")
 	fs.Float64Var(&f.cpus, "cpus", 0, "CPUs the session may use, e.g. 1.5")
@@ -81,11 +86,17 @@ func (f *openFlags) register(fs *pflag.FlagSet) {
 	fs.StringVarP(&f.user, "user", "u", "", "user for the lifetime process and commands (uid[:gid] or name)")
 	fs.BoolVar(&f.init, "init", false, "run an init as PID 1 that reaps orphans and forwards signals")
 	f.hard.register(fs)
+	fs.StringVar(&f.pull, "pull", pullMissing, "pull the image: missing (when absent), always, or never")
+	fs.StringVar(&f.platform, "platform", "", "the image's platform as OS/ARCH[/VARIANT]; pulled when the local image is of another")
 }
 
 // spec builds and validates the session Spec. Nothing is created when it
 // fails.
 func (f *openFlags) spec(image string, process []string) (runbox.Spec, error) {
+	env, err := resolveEnv(f.env, f.envFiles)
+	if err != nil {
+		return runbox.Spec{}, err
+	}
 	spec := runbox.Spec{
 		Image:   image,
 		Network: runbox.NetworkPolicy(f.network),
@@ -93,7 +104,7 @@ func (f *openFlags) spec(image string, process []string) (runbox.Spec, error) {
 		Name:    f.name,
 		User:    f.user,
 		Init:    f.init,
-		Env:     f.env,
+		Env:     env,
 	}
 	for _, v := range f.volumes {
 		m, err := parseVolume(v)
@@ -124,7 +135,7 @@ func (f *openFlags) spec(image string, process []string) (runbox.Spec, error) {
 	if err := f.hard.apply(&spec); err != nil {
 		return spec, err
 	}
-	if err := runbox.ValidateEnv(f.env); err != nil {
+	if err := runbox.ValidateEnv(env); err != nil {
 		return spec, fmt.Errorf("%w: -e: %w", runbox.ErrInvalidSpec, err)
 	}
 	return spec, spec.Validate()
@@ -163,6 +174,7 @@ type execFlags struct {
 	interactive bool
 	tty         bool
 	env         []string
+	envFiles    []string
 	cleanEnv    bool
 	dir         string
 	timeout     string
@@ -186,7 +198,8 @@ func (f *execFlags) register(fs *pflag.FlagSet, withEnv bool) {
 	fs.BoolVarP(&f.interactive, "interactive", "i", false, "connect this terminal's stdin to the command (EOF reaches it)")
 	fs.BoolVarP(&f.tty, "tty", "t", false, "run the command under a pseudo-terminal")
 	if withEnv {
-		fs.StringArrayVarP(&f.env, "env", "e", nil, "environment entry K=V added for the command (repeatable)")
+		fs.StringArrayVarP(&f.env, "env", "e", nil, "environment entry K=V added for the command, or K for this shell's value of K (repeatable)")
+		fs.StringArrayVar(&f.envFiles, "env-file", nil, "read environment entries from a file of K=V or K lines (# starts a comment)")
 	}
 	fs.BoolVar(&f.cleanEnv, "clean-env", false, "start from an empty environment: only -e entries are set")
 	fs.StringVarP(&f.dir, "workdir", "w", "", "working directory of the command")
@@ -221,9 +234,83 @@ func (f *execFlags) parseTimeout() (time.Duration, error) {
 }
 
 func (f *execFlags) command(args []string) (runbox.Command, error) {
-	cmd := runbox.Command{Args: args, Dir: f.dir, Env: f.env, CleanEnv: f.cleanEnv, TTY: f.tty}
+	env, err := resolveEnv(f.env, f.envFiles)
+	if err != nil {
+		return runbox.Command{}, err
+	}
+	cmd := runbox.Command{Args: args, Dir: f.dir, Env: env, CleanEnv: f.cleanEnv, TTY: f.tty}
 	if f.interactive {
 		cmd.Stdin = os.Stdin
 	}
 	return cmd, cmd.Validate()
+}
+
+// sessionCommand is command for a session: the working directory must be
+// absolute (a session has no current directory to be relative to), and a
+// terminal gets TERM as docker gives it.
+func (f *execFlags) sessionCommand(args []string) (runbox.Command, error) {
+	cmd, err := f.command(args)
+	if err != nil {
+		return cmd, err
+	}
+	return cmd, forSession(&cmd)
+}
+
+// forSession applies the session rules of sessionCommand to cmd.
+func forSession(cmd *runbox.Command) error {
+	if cmd.Dir != "" && !path.IsAbs(cmd.Dir) {
+		return fmt.Errorf("%w: the working directory %q is not an absolute path", runbox.ErrInvalidCommand, cmd.Dir)
+	}
+	if cmd.TTY && envValue(cmd.Env, "TERM") == nil {
+		term := os.Getenv("TERM")
+		if term == "" {
+			term = "xterm"
+		}
+		cmd.Env = append([]string{"TERM=" + term}, cmd.Env...)
+	}
+	return nil
+}
+
+// envValue returns the value of key in env (the last entry wins), or nil.
+func envValue(env []string, key string) *string {
+	var v *string
+	for _, e := range env {
+		if k, val, ok := strings.Cut(e, "="); ok && k == key {
+			v = &val
+		}
+	}
+	return v
+}
+
+// resolveEnv reads the --env-file files, then the -e entries, as docker
+// does: an entry K without "=" takes this process's value of K and is
+// dropped when K is not set here.
+func resolveEnv(entries, files []string) ([]string, error) {
+	var all []string
+	for _, name := range files {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --env-file: %w", runbox.ErrInvalidCommand, err)
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			line = strings.TrimSpace(line)
+			if line == "" || strings.HasPrefix(line, "#") {
+				continue
+			}
+			if strings.HasPrefix(line, "=") {
+				return nil, fmt.Errorf("%w: --env-file %s:%d: no variable name", runbox.ErrInvalidCommand, name, i+1)
+			}
+			all = append(all, line)
+		}
+	}
+	all = append(all, entries...)
+	out := make([]string, 0, len(all))
+	for _, e := range all {
+		if strings.Contains(e, "=") {
+			out = append(out, e)
+		} else if v, ok := os.LookupEnv(e); ok {
+			out = append(out, e+"="+v)
+		}
+	}
+	return out, nil
 }

@@ -4,7 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/docker"
 )
 
 // badTimeouts overflow a time.Duration, round to nothing, or are not
@@ -69,7 +72,85 @@ func executeCapturingStderr(t *testing.T, args []string) (int, string) {
 func TestFailureIsOneLine(t *testing.T) {
 	var b strings.Builder
 	printFailure(&b, errors.Join(errors.New("first\n"), fmt.Errorf("%w: second", runbox.ErrSessionNotFound)))
-	assert.Equal(t, "runbox: first; runbox: session not found: second (see `runbox ls` for the sessions there are)\n", b.String())
+	assert.Equal(t, "runbox: first; session not found: second (see `runbox ls` for the sessions there are)\n", b.String())
+}
+
+func TestFailureCodesAndHints(t *testing.T) {
+	notFound := fmt.Errorf("%w: %w", runbox.ErrStart, fs.ErrNotExist)
+	assert.Equal(t, exitNotFound, failureCode(notFound))
+	assert.Equal(t, exitCannotExecute, failureCode(fmt.Errorf("%w: %w", runbox.ErrStart, fs.ErrPermission)))
+	assert.Equal(t, exitFailure, failureCode(runbox.ErrStart))
+	assert.Equal(t, exitFailure, failureCode(fs.ErrNotExist), "only a start failure is 127")
+
+	pulled := fmt.Errorf("%w: %w", errPullFailed, runbox.ErrImageUnavailable)
+	assert.NotContains(t, hint(pulled), "pull")
+	assert.Contains(t, hint(runbox.ErrImageUnavailable), "runbox image pull")
+	assert.NotContains(t, hint(fmt.Errorf("%w: %w", errEndedAtOpen, runbox.ErrSessionEnded)), "runbox close")
+	assert.Equal(t, "a: b: c", trimPrefixes("runbox: a: runbox: b: runbox/docker: c"))
+}
+
+func TestResolveEnv(t *testing.T) {
+	t.Setenv("RUNBOX_TEST_SET", "from-shell")
+	file := filepath.Join(t.TempDir(), "env")
+	require.NoError(t, os.WriteFile(file, []byte("# comment\n\nA=1\nRUNBOX_TEST_SET\nRUNBOX_TEST_UNSET\n"), 0o600))
+	env, err := resolveEnv([]string{"B=2", "RUNBOX_TEST_SET", "A=3"}, []string{file})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"A=1", "RUNBOX_TEST_SET=from-shell", "B=2", "RUNBOX_TEST_SET=from-shell", "A=3"}, env)
+	require.NoError(t, os.WriteFile(file, []byte("=x\n"), 0o600))
+	_, err = resolveEnv(nil, []string{file})
+	assert.ErrorIs(t, err, runbox.ErrInvalidCommand)
+	_, err = resolveEnv(nil, []string{file + ".missing"})
+	assert.ErrorIs(t, err, runbox.ErrInvalidCommand)
+}
+
+func TestForSession(t *testing.T) {
+	t.Setenv("TERM", "screen")
+	c := runbox.Command{Args: []string{"x"}, TTY: true}
+	require.NoError(t, forSession(&c))
+	assert.Equal(t, []string{"TERM=screen"}, c.Env)
+	t.Setenv("TERM", "")
+	c = runbox.Command{Args: []string{"x"}, TTY: true}
+	require.NoError(t, forSession(&c))
+	assert.Equal(t, []string{"TERM=xterm"}, c.Env)
+	c = runbox.Command{Args: []string{"x"}, TTY: true, Env: []string{"TERM=vt100"}}
+	require.NoError(t, forSession(&c))
+	assert.Equal(t, []string{"TERM=vt100"}, c.Env)
+	c = runbox.Command{Args: []string{"x"}}
+	require.NoError(t, forSession(&c))
+	assert.Empty(t, c.Env, "no terminal, no TERM")
+	c = runbox.Command{Args: []string{"x"}, Dir: "tmp"}
+	assert.ErrorIs(t, forSession(&c), runbox.ErrInvalidCommand)
+}
+
+func TestSessionFilter(t *testing.T) {
+	now := time.Now()
+	s := docker.SessionInfo{ID: "abcdef", Name: "work-1", Image: "busybox:1", State: "exited",
+		Created: now.Add(-time.Hour), Labels: map[string]string{"k": "v", "x": ""}}
+	for _, c := range []struct {
+		filters []string
+		match   bool
+	}{
+		{nil, true},
+		{[]string{"label=k"}, true},
+		{[]string{"label=k=v", "label=x"}, true},
+		{[]string{"label=k=w"}, false},
+		{[]string{"label=k", "label=absent"}, false},
+		{[]string{"name=work"}, true},
+		{[]string{"name=other", "name=work"}, true},
+		{[]string{"id=abc", "status=exited"}, true},
+		{[]string{"state=running"}, false},
+		{[]string{"ancestor=busybox:1"}, true},
+		{[]string{"until=30m"}, true},
+		{[]string{"until=2h"}, false},
+	} {
+		f, err := parseFilters(c.filters)
+		require.NoError(t, err, c.filters)
+		assert.Equal(t, c.match, f.match(s, now), c.filters)
+	}
+	for _, bad := range []string{"colour=red", "label", "until=soon"} {
+		_, err := parseFilters([]string{bad})
+		assert.ErrorIs(t, err, runbox.ErrInvalidCommand, bad)
+	}
 }
 
 func TestHardenFlags(t *testing.T) {

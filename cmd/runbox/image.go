@@ -1,11 +1,16 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
+	"strings"
 
 	"github.com/moby/term"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"github.com/spf13/cobra"
 
 	"github.com/runbox-dev/runbox"
@@ -102,7 +107,7 @@ unauthorized) fail the command with exit status 125.`,
 			defer e.Close()
 			img, err := e.PullImage(cmd.Context(), args[0], opts)
 			if err != nil {
-				return err
+				return fmt.Errorf("%w: %w", errPullFailed, err)
 			}
 			_, err = fmt.Fprintln(cmd.OutOrStdout(), img.ID)
 			return err
@@ -117,4 +122,56 @@ unauthorized) fail the command with exit status 125.`,
 func isTerminal(f *os.File) bool {
 	_, ok := term.GetFdInfo(f)
 	return ok
+}
+
+// errPullFailed marks a failed pull made for --pull, so that its hint
+// does not suggest pulling.
+var errPullFailed = errors.New("pulling the image failed")
+
+// Pull policies of open and run, as docker spells them.
+const (
+	pullMissing = "missing"
+	pullAlways  = "always"
+	pullNever   = "never"
+)
+
+// ensureImage makes ref present as --pull and --platform ask: "missing"
+// pulls it when it is absent (or of another platform than --platform),
+// "always" pulls it, "never" leaves it to open, which reports an absent
+// image. Progress goes to stderr.
+func ensureImage(ctx context.Context, e *docker.Executor, ref, policy, platform string, progress io.Writer) error {
+	var want *ocispec.Platform
+	if platform != "" {
+		p, err := docker.ParsePlatform(platform)
+		if err != nil {
+			return err
+		}
+		want = &p
+	}
+	switch policy {
+	case pullAlways:
+	case pullMissing, pullNever:
+		img, err := e.InspectImage(ctx, ref)
+		switch {
+		case err == nil && (want == nil || samePlatform(*want, img)):
+			return nil
+		case err == nil && policy == pullNever:
+			return fmt.Errorf("%w: %s is %s, wanted %s (and --pull never)", runbox.ErrPlatformMismatch, ref, img.OS+"/"+img.Architecture, platform)
+		case err != nil && (policy == pullNever || !errors.Is(err, runbox.ErrImageUnavailable)):
+			return err
+		}
+	default:
+		return fmt.Errorf("%w: --pull %q: want missing, always or never", runbox.ErrInvalidSpec, policy)
+	}
+	if _, err := e.PullImage(ctx, ref, runbox.PullOptions{Platform: want, Progress: progress}); err != nil {
+		return fmt.Errorf("%w: %w", errPullFailed, err)
+	}
+	return nil
+}
+
+// samePlatform reports whether img is of the platform p (its variant only
+// when both name one).
+func samePlatform(p ocispec.Platform, img runbox.Image) bool {
+	return strings.EqualFold(p.OS, img.OS) && strings.EqualFold(p.Architecture, img.Architecture) &&
+		(p.Variant == "" || img.Variant == "" || p.Variant == img.Variant)
 }

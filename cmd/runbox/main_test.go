@@ -52,8 +52,16 @@ func TestCompletionAndVersion(t *testing.T) {
 	root.SetOut(&out)
 	root.SetArgs([]string{"--host", "unix://" + filepath.Join(t.TempDir(), "none.sock"), "version"})
 	require.NoError(t, root.Execute(), "an unreachable Engine does not fail version")
-	assert.True(t, strings.HasPrefix(out.String(), version+"\nEngine:\n"), out.String())
+	assert.True(t, strings.HasPrefix(out.String(), "runbox "+cliVersion()+" ("), out.String())
+	assert.Contains(t, out.String(), "\nEngine:\n", out.String())
 	assert.Contains(t, out.String(), "none.sock", "the endpoint is named")
+
+	root = newRoot()
+	out.Reset()
+	root.SetOut(&out)
+	root.SetArgs([]string{"--version"})
+	require.NoError(t, root.Execute())
+	assert.Equal(t, "runbox version "+cliVersion()+"\n", out.String())
 }
 
 func TestParseVolume(t *testing.T) {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,11 +9,15 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"sync"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
 	"github.com/spf13/cobra"
 
 	"github.com/runbox-dev/runbox"
@@ -87,7 +92,7 @@ renewed it (` + "`runbox exec`" + `, ` + "`runbox renew`" + `) for that long.`,
 				return err
 			}
 			defer e.Close()
-			s, err := e.Open(cmd.Context(), spec)
+			s, err := openSession(cmd.Context(), e, spec, of, true)
 			if err != nil {
 				return err
 			}
@@ -123,7 +128,7 @@ ends or the session is closed.`,
   runbox exec --output-limit 1048576 $id -- ./noisy-tool`,
 		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, err := xf.command(afterDash(args[1:]))
+			c, err := xf.sessionCommand(afterDash(args[1:]))
 			if err != nil {
 				return err
 			}
@@ -143,7 +148,7 @@ ends or the session is closed.`,
 				return err
 			}
 			defer done()
-			return runInSession(cmd.Context(), s, c, timeout, limit, xf.interactive)
+			return explainEnded(cmd.Context(), s.ID(), runInSession(cmd.Context(), s, c, timeout, limit, xf.interactive))
 		},
 	}
 	cmd.Flags().SetInterspersed(false)
@@ -168,10 +173,17 @@ terminal however the command ends. It needs a terminal on stdin.`,
 			if len(argv) == 0 {
 				argv = []string{"/bin/sh"}
 			}
+			env, err := resolveEnv(env, nil)
+			if err != nil {
+				return err
+			}
+			c := runbox.Command{Args: argv, Dir: dir, Env: env, TTY: true, Stdin: os.Stdin}
+			if err := forSession(&c); err != nil {
+				return err
+			}
 			if !isTerminal(os.Stdin) {
 				return fmt.Errorf("%w: shell needs a terminal on stdin (use `runbox exec -i` for pipes)", runbox.ErrProcessTTYUnsupported)
 			}
-			c := runbox.Command{Args: argv, Dir: dir, Env: env, TTY: true, Stdin: os.Stdin}
 			if err := c.Validate(); err != nil {
 				return err
 			}
@@ -180,13 +192,122 @@ terminal however the command ends. It needs a terminal on stdin.`,
 				return err
 			}
 			defer done()
-			return runInSession(cmd.Context(), s, c, 0, 0, true)
+			return explainEnded(cmd.Context(), s.ID(), runInSession(cmd.Context(), s, c, 0, 0, true))
 		},
 	}
 	cmd.Flags().SetInterspersed(false)
 	cmd.Flags().StringVarP(&dir, "workdir", "w", "", "working directory")
 	cmd.Flags().StringArrayVarP(&env, "env", "e", nil, "environment entry K=V (repeatable)")
 	return cmd
+}
+
+// errSessionRemoved reports a session that was closed or removed (by
+// `runbox close` in another shell, for one) while a command used it.
+var errSessionRemoved = errors.New("the session was closed or removed while the command ran")
+
+// explainEnded tells a session that ended because it was closed elsewhere
+// from one whose lifetime process exited: closing it again is no advice.
+func explainEnded(ctx context.Context, id string, err error) error {
+	if !errors.Is(err, runbox.ErrSessionEnded) && !errors.Is(err, runbox.ErrTransport) {
+		return err
+	}
+	e, eerr := newEngine()
+	if eerr != nil {
+		return err
+	}
+	defer e.Close()
+	ctx = context.WithoutCancel(ctx)
+	info, ferr := e.Find(ctx, id)
+	if errors.Is(ferr, runbox.ErrSessionNotFound) {
+		return fmt.Errorf("%w: %s", errSessionRemoved, shortID(id))
+	}
+	if ferr != nil || info.State == "running" {
+		return err
+	}
+	// Close kills the session, then removes it: a session being closed
+	// is gone in a moment; one whose process ended by itself stays.
+	wctx, cancel := context.WithTimeout(ctx, closeSettle)
+	defer cancel()
+	wait := e.Client().ContainerWait(wctx, id, client.ContainerWaitOptions{Condition: container.WaitConditionRemoved})
+	select {
+	case <-wait.Result:
+		return fmt.Errorf("%w: %s", errSessionRemoved, shortID(id))
+	case werr := <-wait.Error:
+		if cerrdefs.IsNotFound(werr) {
+			return fmt.Errorf("%w: %s", errSessionRemoved, shortID(id))
+		}
+	}
+	return err
+}
+
+// closeSettle bounds how long a failed command waits to learn whether its
+// session is being removed.
+const closeSettle = 3 * time.Second
+
+func shortID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}
+
+// openSession pulls the image as --pull says, opens the session, says once
+// on stderr when it has no agent, and confirms that its lifetime process
+// is still running: a session whose process ended at once is removed and
+// reported, not left behind as an ID that cannot run anything.
+func openSession(ctx context.Context, e *docker.Executor, spec runbox.Spec, of openFlags, settle bool) (*docker.Session, error) {
+	if err := ensureImage(ctx, e, spec.Image, of.pull, of.platform, os.Stderr); err != nil {
+		return nil, err
+	}
+	s, err := e.OpenSession(ctx, spec)
+	if errors.Is(err, runbox.ErrSessionEnded) {
+		// Open removed what it had created.
+		return nil, fmt.Errorf("%w: %w; the session was removed", errEndedAtOpen, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if why := s.AgentMissing(); why != "" {
+		fmt.Fprintf(os.Stderr, "runbox: warning: session %s has no agent (%s): commands run with plain Engine exec, so --timeout and Ctrl-C cannot stop them and --clean-env is refused\n", shortID(s.ID()), trimPrefixes(why))
+	}
+	if !settle {
+		return s, nil
+	}
+	if err := checkRunning(ctx, e, s); err != nil {
+		if cerr := s.Close(context.WithoutCancel(ctx)); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+		return nil, err
+	}
+	return s, nil
+}
+
+// errEndedAtOpen marks a session removed because its lifetime process
+// ended as it opened.
+var errEndedAtOpen = errors.New("open failed")
+
+// openSettle is how long `runbox open` watches a new session's lifetime
+// process before it prints the ID: a process that ends within it (a
+// command that exits at once, a missing program) ended at open. The
+// library's own check catches most such processes; this closes the window
+// between its check and the process's end.
+const openSettle = 300 * time.Millisecond
+
+// checkRunning fails with runbox.ErrSessionEnded when the session's
+// lifetime process stops within openSettle.
+func checkRunning(ctx context.Context, e *docker.Executor, s *docker.Session) error {
+	wctx, cancel := context.WithTimeout(ctx, openSettle)
+	defer cancel()
+	wait := e.Client().ContainerWait(wctx, s.ID(), client.ContainerWaitOptions{Condition: container.WaitConditionNotRunning})
+	select {
+	case res := <-wait.Result:
+		return fmt.Errorf("%w: %w: the lifetime process %q exited with code %d as the session opened; the session was removed", errEndedAtOpen, runbox.ErrSessionEnded, strings.Join(s.Spec().Process, " "), res.StatusCode)
+	case err := <-wait.Error:
+		if wctx.Err() != nil {
+			return nil // still running
+		}
+		return err
+	}
 }
 
 // checkTTY refuses -it when stdin is not a terminal, as docker does,
@@ -423,19 +544,37 @@ func age(t time.Time) string {
 }
 
 func newPrune() *cobra.Command {
-	var all bool
+	var all, force bool
+	var filters []string
 	cmd := &cobra.Command{
 		Use:   "prune",
-		Short: "Remove sessions whose owning process is gone",
-		Long: `prune removes the sessions of programs that ended without closing them:
-sessions whose owner label names a process on this host that no longer
-exists (a process that got the owner's pid later is told apart by its
-start time). Sessions opened with ` + "`runbox open`" + ` belong to you, not to a process,
-and sessions owned by other hosts cannot be judged; both stay unless --all
-is given, which removes every runbox session. Prints the removed IDs.`,
-		Example: "  runbox prune\n  runbox prune --all",
-		Args:    cobra.NoArgs,
+		Short: "Remove ended sessions and sessions whose owning process is gone",
+		Long: `prune removes the sessions nobody can use any more: sessions whose lifetime
+process has exited (opened with ` + "`runbox open`" + ` or by a program), and sessions
+of programs that ended without closing them (whose owner label names a
+process on this host that no longer exists; a process that got the owner's
+pid later is told apart by its start time). Running sessions opened with
+` + "`runbox open`" + `, and running sessions of other hosts, stay.
+
+--all removes every runbox session on the Engine, running ones and other
+users' included; it asks first unless -f is given. --filter narrows either
+selection (label=K[=V], name=, id=, status=, ancestor=IMAGE, until=10m).
+Prints the removed IDs.`,
+		Example: `  runbox prune
+  runbox prune --filter label=project=demo
+  runbox prune --all --filter until=24h
+  runbox prune --all -f --filter label=ci-run=42`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			f, err := parseFilters(filters)
+			if err != nil {
+				return err
+			}
+			if all && !force {
+				if !confirm(cmd.InOrStdin(), cmd.ErrOrStderr(), "This removes every runbox session on the Engine that the filters select, running sessions and other users' included. Continue? [y/N] ") {
+					return &exitCode{code: 1, msg: "prune --all not confirmed: nothing removed"}
+				}
+			}
 			e, err := newEngine()
 			if err != nil {
 				return err
@@ -446,9 +585,13 @@ is given, which removes every runbox session. Prints the removed IDs.`,
 				return err
 			}
 			host, _ := os.Hostname()
+			now := time.Now()
 			var errs []error
 			for _, info := range sessions {
-				if !all && !ownerGone(info.Owner, info.Created, host) {
+				if !f.match(info, now) {
+					continue
+				}
+				if !all && !ended(info.State) && !ownerGone(info.Owner, info.Created, host) {
 					continue
 				}
 				s, err := e.Session(cmd.Context(), info.ID)
@@ -464,8 +607,29 @@ is given, which removes every runbox session. Prints the removed IDs.`,
 			return errors.Join(errs...)
 		},
 	}
-	cmd.Flags().BoolVar(&all, "all", false, "remove every runbox session")
+	cmd.Flags().BoolVar(&all, "all", false, "remove every runbox session the filters select, running ones included (asks first)")
+	cmd.Flags().BoolVarP(&force, "force", "f", false, "do not ask before --all")
+	cmd.Flags().StringArrayVar(&filters, "filter", nil, "only sessions matching KEY=VALUE (label, name, id, status, ancestor, until; repeatable)")
 	return cmd
+}
+
+// ended reports whether a container state means the lifetime process is
+// over for good. A "created" container may be a session being opened.
+func ended(state string) bool {
+	return state == "exited" || state == "dead"
+}
+
+// confirm asks question on w and reads one answer from r: only y or yes
+// (any case) agrees; end of input refuses.
+func confirm(r io.Reader, w io.Writer, question string) bool {
+	fmt.Fprint(w, question)
+	line, _ := bufio.NewReader(r).ReadString('\n')
+	switch strings.ToLower(strings.TrimSpace(line)) {
+	case "y", "yes":
+		return true
+	}
+	fmt.Fprintln(w)
+	return false
 }
 
 // ownerGone reports whether the session's owner label names a process of
@@ -499,7 +663,7 @@ func newRun() *cobra.Command {
 	var xf execFlags
 	var process []string
 	cmd := &cobra.Command{
-		Use:   "run [open flags] [exec flags] IMAGE -- ARGV...",
+		Use:   "run [flags] IMAGE -- ARGV...",
 		Short: "One-shot: open a session, run a command in it, close it",
 		Long: `run opens a session on IMAGE (with the flags of open), runs ARGV in it (with
 the flags of exec) and closes the session however the command ends, Ctrl-C
@@ -513,10 +677,13 @@ the image needs a sleep program unless --process names another.`,
 			if err != nil {
 				return err
 			}
-			c, err := xf.command(afterDash(args[1:]))
+			c, err := xf.sessionCommand(afterDash(args[1:]))
 			if err != nil {
 				return err
 			}
+			// -e shapes the session and reaches the command, as docker
+			// run's does, --clean-env or not.
+			c.Env = append(c.Env, spec.Env...)
 			if err := checkTTY(xf); err != nil {
 				return err
 			}
@@ -535,7 +702,7 @@ the image needs a sleep program unless --process names another.`,
 				return err
 			}
 			defer e.Close()
-			s, err := e.Open(ctx, spec)
+			s, err := openSession(ctx, e, spec, of, false)
 			if err != nil {
 				if ctx.Err() != nil {
 					return &exitCode{code: 130, msg: "interrupted"}

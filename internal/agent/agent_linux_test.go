@@ -16,6 +16,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/runbox-dev/runbox/internal/execpath"
 	"golang.org/x/sys/unix"
 )
 
@@ -272,4 +274,19 @@ func TestOversizedRequestFailsAlone(t *testing.T) {
 		}
 	}
 	assert.Equal(t, []string{"hello:0", "start-failed:1", "started:2", "exit:2"}, seen)
+}
+
+func TestStartReason(t *testing.T) {
+	dir := t.TempDir()
+	plain := dir + "/plain"
+	require.NoError(t, os.WriteFile(plain, nil, 0o644))
+	_, err := execpath.Look("/no/such/program", "", "")
+	assert.Equal(t, ReasonNotFound, startReason(err))
+	_, err = execpath.Look("no-such-program", "", dir)
+	assert.Equal(t, ReasonNotFound, startReason(err))
+	_, err = execpath.Look(plain, "", "")
+	assert.Equal(t, ReasonNotExecutable, startReason(err))
+	_, err = execpath.Look(dir, "", "")
+	assert.Equal(t, ReasonNotExecutable, startReason(err))
+	assert.Empty(t, startReason(errors.New("something else")))
 }

@@ -20,7 +20,10 @@ var ErrConnectionLost = errors.New("runbox/agent: connection to the agent lost")
 var ErrSessionOver = errors.New("runbox/agent: the session is over")
 
 // StartError is the agent's reason for not starting a command.
-type StartError struct{ Message string }
+type StartError struct {
+	Message string
+	Reason  string // ReasonNotFound, ReasonNotExecutable or ""
+}
 
 // Error implements error.
 func (e *StartError) Error() string { return e.Message }
@@ -468,7 +471,7 @@ func (c *Client) Run(ctx context.Context, req StartRequest, o RunOptions) (Exit,
 			case TypeStartFailed:
 				var sf StartFailed
 				_ = Decode(f, &sf)
-				return Exit{}, &StartError{Message: sf.Error}
+				return Exit{}, &StartError{Message: sf.Error, Reason: sf.Reason}
 			case TypeStdout, TypeStderr:
 				if writeErr != nil {
 					continue

@@ -137,7 +137,19 @@ type Started struct {
 // StartFailed reports why a command could not be started.
 type StartFailed struct {
 	Error string `json:"error"`
+	// Reason classifies a failure to find or execute the program:
+	// ReasonNotFound or ReasonNotExecutable; "" for any other failure.
+	Reason string `json:"reason,omitempty"`
 }
+
+// Reasons a program could not be started, as StartFailed.Reason says.
+const (
+	// ReasonNotFound: no such program (docker's exit status 127).
+	ReasonNotFound = "not-found"
+	// ReasonNotExecutable: the program exists but cannot be executed
+	// (docker's exit status 126).
+	ReasonNotExecutable = "not-executable"
+)
 
 // Resize sets a command's terminal size.
 type Resize struct {

@@ -8,8 +8,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime"
@@ -753,13 +755,16 @@ func (c *conn) start(id uint32, req StartRequest) {
 		env = mergeEnv(os.Environ(), req.Env)
 	}
 	fail := func(err error) { _ = c.sendJSON(TypeStartFailed, id, StartFailed{Error: err.Error()}) }
+	failProgram := func(err error) {
+		_ = c.sendJSON(TypeStartFailed, id, StartFailed{Error: err.Error(), Reason: startReason(err)})
+	}
 	if len(req.Args) == 0 {
 		fail(errors.New("empty argument vector"))
 		return
 	}
 	path, err := execpath.Look(req.Args[0], req.Dir, execpath.PathOf(env))
 	if err != nil {
-		fail(err)
+		failProgram(err)
 		return
 	}
 	if req.Dir != "" {
@@ -835,7 +840,7 @@ func (c *conn) start(id uint32, req StartRequest) {
 	closeAll(uniq(childFiles))
 	if err != nil {
 		closeAll(parentEnds)
-		fail(err)
+		failProgram(err)
 		return
 	}
 	c.cmds.Store(id, cmd)
@@ -965,4 +970,15 @@ func mergeEnv(base, extra []string) []string {
 		out = append(out, kv)
 	}
 	return out
+}
+
+// startReason classifies a failure to find or execute a program.
+func startReason(err error) string {
+	switch {
+	case errors.Is(err, exec.ErrNotFound), errors.Is(err, fs.ErrNotExist):
+		return ReasonNotFound
+	case errors.Is(err, fs.ErrPermission), errors.Is(err, syscall.EISDIR), errors.Is(err, syscall.ENOEXEC):
+		return ReasonNotExecutable
+	}
+	return ""
 }
