@@ -13,6 +13,7 @@ import (
 
 	cerrdefs "github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
 	"github.com/runbox-dev/runbox"
@@ -148,6 +149,17 @@ func (e *Executor) Session(ctx context.Context, ref string) (*Session, error) {
 		spec.Network = runbox.NetworkPolicy(hc.NetworkMode)
 		spec.Runtime = hc.Runtime
 		spec.Security = securityOf(hc)
+		spec.Resources = runbox.Resources{MemoryBytes: hc.Memory, CPUs: float64(hc.NanoCPUs) / 1e9}
+		if hc.PidsLimit != nil {
+			spec.Resources.Pids = *hc.PidsLimit
+		}
+		// The caller's mounts; runbox's own (the agent's) are not part of
+		// the spec.
+		for _, m := range hc.Mounts {
+			if m.Type == mount.TypeBind && m.Target != reservedDir && !strings.HasPrefix(m.Target, reservedDir+"/") {
+				spec.Mounts = append(spec.Mounts, runbox.Mount{Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})
+			}
+		}
 	}
 	s := &Session{e: e, id: res.Container.ID, spec: spec}
 	if how := cfg.Labels[LabelAgent]; how != "" {

@@ -81,6 +81,7 @@ func (f *openFlags) register(fs *pflag.FlagSet) {
 	fs.StringArrayVar(&f.labels, "label", nil, "label K=V for the session's container (repeatable)")
 	fs.StringVar(&f.memory, "memory", "", "memory limit in bytes, or with a unit: 512m, 2g")
 	fs.Float64Var(&f.cpus, "cpus", 0, "CPUs the session may use, e.g. 1.5")
+	fs.Int64Var(&f.pids, "pids-limit", 0, "maximum number of processes (docker's spelling of --pids)")
 	fs.Int64Var(&f.pids, "pids", 0, "maximum number of processes")
 	fs.StringVar(&f.name, "name", "", "session name, usable wherever a session ID is")
 	fs.StringVarP(&f.user, "user", "u", "", "user for the lifetime process and commands (uid[:gid] or name)")

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"syscall"
 	"text/tabwriter"
+	"text/template"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -490,44 +491,126 @@ type sessionJSON struct {
 }
 
 func newLs() *cobra.Command {
-	var asJSON bool
+	var asJSON, all, quiet, noTrunc bool
+	var filters []string
+	var format string
 	cmd := &cobra.Command{
-		Use:   "ls",
-		Short: "List sessions",
-		Long: `ls lists every runbox session on the Engine, newest first: ID, name, image,
-age and state. --json prints an array of objects with the fields
-id, name, image, created (RFC 3339), state and owner ("hostname/pid/start" of the
-creating process, or "hostname/cli" for sessions opened with runbox open).`,
-		Example: "  runbox ls\n  runbox ls --json | jq -r '.[].id'",
-		Args:    cobra.NoArgs,
+		Use:     "ls",
+		Aliases: []string{"ps"},
+		Short:   "List sessions",
+		Long: `ls (or ps) lists the running runbox sessions on the Engine, newest first: ID,
+name, image, age and state; -a lists the ended ones too. --filter selects
+as prune's does (label=K[=V], name=, id=, status=, ancestor=, until=).
+
+--format prints each session through a Go template, as docker's does, with
+the fields .ID .Name .Image .Created .State .Owner .Labels, the method
+.Label "K", and the functions json, join, upper and lower; --format json
+prints one JSON object per line. --json prints an array of objects with
+the fields id, name, image, created (RFC 3339), state and owner
+("hostname/pid/start" of the creating process, or "hostname/cli" for
+sessions opened with runbox open).`,
+		Example: `  runbox ls
+  runbox ps -a --filter label=project=demo
+  runbox ls -q | xargs runbox close
+  runbox ls --format '{{.Name}} {{.Image}} {{.Label "project"}}'
+  runbox ls --json | jq -r '.[].id'`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			f, err := parseFilters(filters)
+			if err != nil {
+				return err
+			}
+			var tmpl *template.Template
+			if format != "" && format != "json" {
+				if tmpl, err = template.New("format").Funcs(formatFuncs).Parse(format); err != nil {
+					return fmt.Errorf("%w: --format: %w", runbox.ErrInvalidCommand, err)
+				}
+			}
 			e, err := newEngine()
 			if err != nil {
 				return err
 			}
 			defer e.Close()
-			all, err := e.Sessions(cmd.Context())
+			sessions, err := e.Sessions(cmd.Context())
 			if err != nil {
 				return err
 			}
+			now := time.Now()
+			var rows []sessionRow
+			for _, s := range sessions {
+				if (all || s.State == "running") && f.match(s, now) {
+					rows = append(rows, sessionRow(s))
+				}
+			}
 			out := cmd.OutOrStdout()
-			if asJSON {
-				list := make([]sessionJSON, 0, len(all))
-				for _, s := range all {
+			short := func(id string) string {
+				if noTrunc {
+					return id
+				}
+				return shortID(id)
+			}
+			switch {
+			case asJSON:
+				list := make([]sessionJSON, 0, len(rows))
+				for _, s := range rows {
 					list = append(list, sessionJSON{s.ID, s.Name, s.Image, s.Created, s.State, s.Owner})
 				}
 				return json.NewEncoder(out).Encode(list)
+			case quiet:
+				for _, s := range rows {
+					fmt.Fprintln(out, short(s.ID))
+				}
+				return nil
+			case format == "json":
+				enc := json.NewEncoder(out)
+				for _, s := range rows {
+					if err := enc.Encode(sessionJSON{s.ID, s.Name, s.Image, s.Created, s.State, s.Owner}); err != nil {
+						return err
+					}
+				}
+				return nil
+			case tmpl != nil:
+				for _, s := range rows {
+					if err := tmpl.Execute(out, s); err != nil {
+						return fmt.Errorf("%w: --format: %w", runbox.ErrInvalidCommand, err)
+					}
+					fmt.Fprintln(out)
+				}
+				return nil
 			}
 			w := tabwriter.NewWriter(out, 0, 0, 3, ' ', 0)
 			fmt.Fprintln(w, "ID\tNAME\tIMAGE\tAGE\tSTATE")
-			for _, s := range all {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", s.ID[:12], s.Name, s.Image, age(s.Created), s.State)
+			for _, s := range rows {
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", short(s.ID), s.Name, s.Image, age(s.Created), s.State)
 			}
 			return w.Flush()
 		},
 	}
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON (see the description for the fields)")
+	fl := cmd.Flags()
+	fl.BoolVar(&asJSON, "json", false, "print a JSON array (see the description for the fields)")
+	fl.BoolVarP(&all, "all", "a", false, "list ended sessions too")
+	fl.BoolVarP(&quiet, "quiet", "q", false, "print the IDs only")
+	fl.BoolVar(&noTrunc, "no-trunc", false, "print full IDs")
+	fl.StringArrayVar(&filters, "filter", nil, "only sessions matching KEY=VALUE (label, name, id, status, ancestor, until; repeatable)")
+	fl.StringVar(&format, "format", "", "print each session through a Go template, or json")
 	return cmd
+}
+
+// sessionRow is what ls --format templates see.
+type sessionRow docker.SessionInfo
+
+// Label returns the session's label k ("" when it has none).
+func (r sessionRow) Label(k string) string { return r.Labels[k] }
+
+// formatFuncs are the template functions of --format, as docker's.
+var formatFuncs = template.FuncMap{
+	"json": func(v any) (string, error) {
+		b, err := json.Marshal(v)
+		return string(b), err
+	},
+	"join":  strings.Join,
+	"upper": strings.ToUpper,
+	"lower": strings.ToLower,
 }
 
 func age(t time.Time) string {
