@@ -460,3 +460,12 @@ func TestCLIVersion(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "runbox version v9.9.9-test\n", string(out))
 }
+
+// waitStopped waits until the container no longer runs.
+func waitStopped(t *testing.T, c *client.Client, id string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		res, err := c.ContainerInspect(context.Background(), id, client.ContainerInspectOptions{})
+		return err == nil && !res.Container.State.Running
+	}, time.Minute, 20*time.Millisecond, "the session never stopped")
+}

@@ -175,7 +175,7 @@ Exit status: the command's own; 124 on --timeout; 128+N after signal N;
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
 	addEngineFlags(root)
 	root.AddCommand(newVersion(), newDemo(), newImage(), newOpen(), newExec(), newShell(),
-		newSnapshot(), newClose(), newLs(), newInspect(), newPrune(), newRun(), newHost(), newAgent(), newRenew(), newCp())
+		newSnapshot(), newClose(), newLs(), newInspect(), newLogs(), newPrune(), newRun(), newHost(), newAgent(), newRenew(), newCp())
 	return root
 }
 
