@@ -3,8 +3,10 @@
 // host. Run `runbox --help` for the tour.
 //
 // Exit status: the command's own exit code; 124 when --timeout expired;
-// 128+N when it died of signal N (130 after Ctrl-C); 125 when runbox itself
-// failed, with one line on stderr saying what failed and what to do.
+// 128+N when it died of signal N (130 after Ctrl-C); 127 when the program
+// was not found and 126 when it could not be executed, as docker's; 125
+// when runbox itself failed, with one line on stderr saying what failed and
+// what to do. docs/exit-codes.md has the table.
 package main
 
 import (
@@ -162,6 +164,7 @@ it, close it. The Engine is the one docker would use: --host, --context,
 DOCKER_HOST, DOCKER_CONTEXT, then "docker context use".
 
 Exit status: the command's own; 124 on --timeout; 128+N after signal N;
+127 when the program was not found, 126 when it could not be executed;
 125 when runbox itself failed (one line on stderr says why).`,
 		Example: `  id=$(runbox open busybox:latest -- sleep 1000000)
   runbox exec $id -- sh -c 'echo hello > /greeting'

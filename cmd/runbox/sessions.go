@@ -114,8 +114,10 @@ func newExec() *cobra.Command {
 		Short: "Run a command in a session",
 		Long: `exec runs ARGV literally (no shell) in SESSION (an ID, a unique ID prefix or
 a name) and exits with the command's exit status. Stdout and stderr stay
-separate. Without -i the command's stdin is empty. A program that cannot be
-started is a runbox failure (125), not exit status 126/127.
+separate. Without -i the command's stdin is empty. A program that is not
+there exits 127, one that cannot be executed 126, as with docker. -e K
+passes this shell's value of K; -w must be absolute; -t sets TERM (this
+shell's, else xterm) unless -e sets it.
 
 With --timeout, runbox stops waiting and exits 124. With --output-limit,
 runbox passes on that many bytes of stdout and stderr together, then stops
