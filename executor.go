@@ -61,6 +61,11 @@ type Command struct {
 	// the output up to the limit written. Start refuses it: a streaming
 	// process's caller reads, and so bounds, the output itself.
 	OutputLimit OutputLimit
+	// User runs the command as this user: "uid[:gid]" or a name (with an
+	// optional ":group") known to the place it runs in; "" keeps the
+	// backend's user (a session's Spec.User). A backend that cannot run a
+	// command as another user returns an error wrapping ErrUnsupported.
+	User string
 }
 
 // Starting calls c.BeforeStart, if set. A backend calls it once per

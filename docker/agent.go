@@ -530,7 +530,7 @@ func (b *bridge) Close() error {
 
 // runAgent runs cmd through the session's agent. The caller holds s.mu.
 func (s *Session) runAgent(ctx context.Context, cmd runbox.Command, streams runbox.Streams) (runbox.Result, error) {
-	req := agent.StartRequest{Args: cmd.Args, Env: cmd.Env, CleanEnv: cmd.CleanEnv, Dir: cmd.Dir, TTY: cmd.TTY,
+	req := agent.StartRequest{Args: cmd.Args, Env: cmd.Env, CleanEnv: cmd.CleanEnv, Dir: cmd.Dir, User: cmd.User, TTY: cmd.TTY,
 		Rows: cmd.TermSize.Rows, Cols: cmd.TermSize.Cols}
 	opts := agent.RunOptions{Stdin: cmd.Stdin, Stdout: streams.Stdout, Stderr: streams.Stderr}
 	if cmd.Resize != nil {

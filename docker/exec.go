@@ -35,6 +35,7 @@ func (s *Session) exec(ctx context.Context, cmd runbox.Command, streams runbox.S
 		Cmd:         cmd.Args,
 		Env:         cmd.Env,
 		WorkingDir:  cmd.Dir,
+		User:        cmd.User,
 		TTY:         cmd.TTY,
 		ConsoleSize: size,
 		// Without a terminal, stdin is always attached so that nil Stdin is a

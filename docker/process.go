@@ -81,7 +81,7 @@ func (s *Session) Start(ctx context.Context, cmd runbox.Command) (runbox.Streami
 		s.mu.unlock()
 		return nil, err
 	}
-	call, err := conn.Start(agent.StartRequest{Args: cmd.Args, Env: cmd.Env, CleanEnv: cmd.CleanEnv, Dir: cmd.Dir,
+	call, err := conn.Start(agent.StartRequest{Args: cmd.Args, Env: cmd.Env, CleanEnv: cmd.CleanEnv, Dir: cmd.Dir, User: cmd.User,
 		TTY: cmd.TTY, Rows: cmd.TermSize.Rows, Cols: cmd.TermSize.Cols})
 	if err != nil {
 		s.mu.unlock()

@@ -312,6 +312,9 @@ func (e *Executor) run(ctx context.Context, cmd runbox.Command, streams runbox.S
 	if err := cmd.Validate(); err != nil {
 		return failed, err
 	}
+	if cmd.User != "" {
+		return failed, errUser
+	}
 	if err := ctx.Err(); err != nil {
 		return failed, cancelled(err)
 	}
@@ -577,3 +580,6 @@ func (s *stdinCopier) finish(delay time.Duration) {
 	s.closePipe()
 	waitOrTimeout(s.done, delay)
 }
+
+// errUser refuses Command.User: host commands run as the calling user.
+var errUser = fmt.Errorf("%w: host commands run as the calling user; Command.User is for sessions", runbox.ErrUnsupported)

@@ -1,6 +1,7 @@
 package host
 
 import (
+	"context"
 	"strings"
 	"testing"
 
@@ -59,4 +60,14 @@ func TestNewRejectsBadOptions(t *testing.T) {
 		_, err := New(o)
 		assert.Error(t, err, "a non-positive duration")
 	}
+}
+
+func TestUserIsRefused(t *testing.T) {
+	e, err := New()
+	require.NoError(t, err)
+	cmd := runbox.Command{Args: []string{"true"}, User: "nobody"}
+	_, err = e.Run(context.Background(), cmd, runbox.Streams{})
+	assert.ErrorIs(t, err, runbox.ErrUnsupported)
+	_, err = e.Start(context.Background(), cmd)
+	assert.ErrorIs(t, err, runbox.ErrUnsupported)
 }

@@ -215,6 +215,9 @@ func (e *Executor) Start(ctx context.Context, cmd runbox.Command) (runbox.Stream
 	if err := cmd.ValidateStart(); err != nil {
 		return nil, err
 	}
+	if cmd.User != "" {
+		return nil, errUser
+	}
 	pp, err := e.PrepareProcess(ctx, ProcessOptions{
 		Directory: cmd.Dir, Args: cmd.Args, Env: cmd.Env, CleanEnv: cmd.CleanEnv,
 		TTY: cmd.TTY, TermSize: cmd.TermSize,

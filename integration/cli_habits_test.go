@@ -175,3 +175,29 @@ func TestCLILsHabits(t *testing.T) {
 	assert.Equal(t, 125, r.code)
 	oneLine(t, r, "bad template")
 }
+
+// exec -u runs the command as another user, with the agent and without.
+func TestCLIExecUser(t *testing.T) {
+	for _, agentEnv := range []string{"-RUNBOX_AGENT", "RUNBOX_AGENT=/nonexistent"} {
+		r := cliEnv(t, []string{agentEnv}, nil, "open", runLabelFlag(), "--init", fixtureRef, "--", "sleep", "1000000")
+		require.Equal(t, 0, r.code, r.stderr)
+		id := strings.TrimSpace(r.stdout)
+		t.Cleanup(func() { cli(t, nil, "close", id) })
+		r = cliEnv(t, []string{agentEnv}, nil, "exec", id, "--", "sh", "-c",
+			`echo alice:x:1001:1002::/:/bin/sh >> /etc/passwd; echo team:x:1003:alice >> /etc/group`)
+		require.Equal(t, 0, r.code, r.stderr)
+
+		ids := []string{"--", "sh", "-c", "echo $(id -u) $(id -g) $(id -G)"}
+		r = cliEnv(t, []string{agentEnv}, nil, append([]string{"exec", id}, ids...)...)
+		assert.True(t, strings.HasPrefix(r.stdout, "0 0 "), "without -u, the session's user (root): %q", r.stdout)
+		r = cliEnv(t, []string{agentEnv}, nil, append([]string{"exec", "-u", "1234:5678", id}, ids...)...)
+		assert.Equal(t, 0, r.code, r.stderr)
+		assert.Equal(t, "1234 5678 5678\n", r.stdout, agentEnv)
+		r = cliEnv(t, []string{agentEnv}, nil, append([]string{"exec", "--user", "alice", id}, ids...)...)
+		assert.Equal(t, 0, r.code, r.stderr)
+		assert.Equal(t, "1001 1002 1002 1003\n", r.stdout, agentEnv)
+		r = cliEnv(t, []string{agentEnv}, nil, "exec", "-u", "nobody-"+runID, id, "--", "true")
+		assert.Equal(t, 125, r.code, agentEnv)
+		assert.Contains(t, r.stderr, "nobody-"+runID)
+	}
+}

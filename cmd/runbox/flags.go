@@ -180,6 +180,12 @@ type execFlags struct {
 	dir         string
 	timeout     string
 	outputLimit int64
+	user        string
+}
+
+// registerUser adds -u/--user (exec; run's -u shapes the session).
+func (f *execFlags) registerUser(fs *pflag.FlagSet) {
+	fs.StringVarP(&f.user, "user", "u", "", "run the command as USER[:GROUP] (names or numbers known to the session)")
 }
 
 // registerOutputLimit adds --output-limit (exec and run; host has its own).
@@ -239,7 +245,7 @@ func (f *execFlags) command(args []string) (runbox.Command, error) {
 	if err != nil {
 		return runbox.Command{}, err
 	}
-	cmd := runbox.Command{Args: args, Dir: f.dir, Env: env, CleanEnv: f.cleanEnv, TTY: f.tty}
+	cmd := runbox.Command{Args: args, Dir: f.dir, Env: env, CleanEnv: f.cleanEnv, TTY: f.tty, User: f.user}
 	if f.interactive {
 		cmd.Stdin = os.Stdin
 	}

@@ -73,6 +73,7 @@ session ID on stdout and nothing else. The session lives until its lifetime
 process exits or ` + "`runbox close`" + ` removes it; with --lease, also until nobody
 renewed it (` + "`runbox exec`" + `, ` + "`runbox renew`" + `) for that long.`,
 		Example: `  id=$(runbox open busybox:latest -- sleep 1000000)
+  runbox open --pull always --platform linux/arm64 alpine:3.20 -- sleep 1000000
   runbox open --name work --network bridge -v "$PWD:/work" --memory 512m --cpus 1 busybox:latest -- sleep 1000000`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -128,7 +129,9 @@ ends or the session is closed.`,
   echo hello | runbox exec -i $id -- cat
   runbox exec -t $id -- top
   runbox exec --timeout 30s -e DEBUG=1 -w /work $id -- make test
-  runbox exec --output-limit 1048576 $id -- ./noisy-tool`,
+  runbox exec --output-limit 1048576 $id -- ./noisy-tool
+  runbox exec -u nobody $id -- id
+  runbox exec -e HOME --env-file ./.env $id -- env`,
 		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := xf.sessionCommand(afterDash(args[1:]))
@@ -157,11 +160,12 @@ ends or the session is closed.`,
 	cmd.Flags().SetInterspersed(false)
 	xf.register(cmd.Flags(), true)
 	xf.registerOutputLimit(cmd.Flags())
+	xf.registerUser(cmd.Flags())
 	return cmd
 }
 
 func newShell() *cobra.Command {
-	var dir string
+	var dir, user string
 	var env []string
 	cmd := &cobra.Command{
 		Use:   "shell [flags] SESSION [-- ARGV...]",
@@ -180,7 +184,7 @@ terminal however the command ends. It needs a terminal on stdin.`,
 			if err != nil {
 				return err
 			}
-			c := runbox.Command{Args: argv, Dir: dir, Env: env, TTY: true, Stdin: os.Stdin}
+			c := runbox.Command{Args: argv, Dir: dir, Env: env, TTY: true, Stdin: os.Stdin, User: user}
 			if err := forSession(&c); err != nil {
 				return err
 			}
@@ -200,7 +204,8 @@ terminal however the command ends. It needs a terminal on stdin.`,
 	}
 	cmd.Flags().SetInterspersed(false)
 	cmd.Flags().StringVarP(&dir, "workdir", "w", "", "working directory")
-	cmd.Flags().StringArrayVarP(&env, "env", "e", nil, "environment entry K=V (repeatable)")
+	cmd.Flags().StringArrayVarP(&env, "env", "e", nil, "environment entry K=V, or K for this shell's value (repeatable)")
+	cmd.Flags().StringVarP(&user, "user", "u", "", "run as USER[:GROUP] (names or numbers known to the session)")
 	return cmd
 }
 
@@ -755,6 +760,7 @@ the flags of exec) and closes the session however the command ends, Ctrl-C
 included. The session's lifetime process is --process (default: sleep), so
 the image needs a sleep program unless --process names another.`,
 		Example: `  runbox run busybox:latest -- uname -a
+  runbox run --pull never --clean-env -e K=V busybox:latest -- env
   runbox run -v "$PWD:/src:ro" --timeout 5m golang:1.26 -- go test ./...`,
 		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {

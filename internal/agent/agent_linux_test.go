@@ -290,3 +290,36 @@ func TestStartReason(t *testing.T) {
 	assert.Equal(t, ReasonNotExecutable, startReason(err))
 	assert.Empty(t, startReason(errors.New("something else")))
 }
+
+func TestLookupUser(t *testing.T) {
+	dir := t.TempDir()
+	passwd, group := filepath.Join(dir, "passwd"), filepath.Join(dir, "group")
+	require.NoError(t, os.WriteFile(passwd, []byte("root:x:0:0::/root:/bin/sh\nalice:x:1001:1002::/home/alice:/bin/sh\n"), 0o644))
+	require.NoError(t, os.WriteFile(group, []byte("root:x:0:\nalice:x:1002:\nteam:x:1003:alice,bob\nother:x:1004:bob\n"), 0o644))
+	for _, c := range []struct {
+		spec             string
+		uid, gid         uint32
+		groups           []uint32
+		wantErr, errPart string
+	}{
+		{spec: "alice", uid: 1001, gid: 1002, groups: []uint32{1003}},
+		{spec: "1001", uid: 1001, gid: 1002, groups: []uint32{1003}},
+		{spec: "alice:team", uid: 1001, gid: 1003, groups: []uint32{1003}},
+		{spec: "alice:77", uid: 1001, gid: 77, groups: []uint32{1003}},
+		{spec: "4242", uid: 4242, gid: 0, groups: []uint32{}},
+		{spec: "4242:4343", uid: 4242, gid: 4343, groups: []uint32{}},
+		{spec: "nobody", wantErr: "unable to find user nobody"},
+		{spec: "alice:nogroup", wantErr: "unable to find group nogroup"},
+		{spec: ":1", wantErr: "want user[:group]"},
+	} {
+		cred, err := lookupUserIn(c.spec, passwd, group)
+		if c.wantErr != "" {
+			assert.ErrorContains(t, err, c.wantErr, c.spec)
+			continue
+		}
+		require.NoError(t, err, c.spec)
+		assert.Equal(t, c.uid, cred.Uid, c.spec)
+		assert.Equal(t, c.gid, cred.Gid, c.spec)
+		assert.Equal(t, c.groups, cred.Groups, c.spec)
+	}
+}

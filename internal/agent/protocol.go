@@ -127,6 +127,9 @@ type StartRequest struct {
 	TTY      bool     `json:"tty,omitempty"`
 	Rows     uint16   `json:"rows,omitempty"`
 	Cols     uint16   `json:"cols,omitempty"`
+	// User runs the command as "user[:group]" (names or numbers, resolved
+	// in the session's /etc/passwd and /etc/group); "" as the agent's user.
+	User string `json:"user,omitempty"`
 }
 
 // Started reports the command's process ID in the session.

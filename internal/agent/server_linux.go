@@ -777,6 +777,19 @@ func (c *conn) start(id uint32, req StartRequest) {
 		}
 	}
 
+	var cred *syscall.Credential
+	if req.User != "" {
+		c, err := lookupUser(req.User)
+		if err != nil {
+			fail(err)
+			return
+		}
+		cred = c
+		// Only root may set supplementary groups; anyone else keeps
+		// theirs and can only "switch" to themselves.
+		cred.NoSetGroups = os.Getuid() != 0
+	}
+
 	var childFiles, parentEnds []*os.File
 	var stdout, stderr *os.File
 	cmd := newCommand()
@@ -817,6 +830,7 @@ func (c *conn) start(id uint32, req StartRequest) {
 		}
 	}
 
+	sys.Credential = cred
 	status := make(chan unix.WaitStatus, 1)
 	var p *os.Process
 	for deadline := time.Now().Add(forkRetry); ; {
