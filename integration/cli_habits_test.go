@@ -201,3 +201,75 @@ func TestCLIExecUser(t *testing.T) {
 		assert.Contains(t, r.stderr, "nobody-"+runID)
 	}
 }
+
+// --json on the commands that print a value; run's result as the last
+// line of stderr.
+func TestCLIJSONValues(t *testing.T) {
+	r := cli(t, nil, "open", runLabelFlag(), "--json", "--init", fixtureRef, "--", "sleep", "1000000")
+	require.Equal(t, 0, r.code, r.stderr)
+	var opened struct {
+		ID    string
+		Agent bool
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &opened))
+	t.Cleanup(func() { cli(t, nil, "close", opened.ID) })
+	assert.Regexp(t, fullID, opened.ID+"\n")
+	assert.True(t, opened.Agent)
+
+	tag := "runbox-test/cli-json:" + runID
+	r = cli(t, nil, "snapshot", "--json", "--tag", tag, opened.ID)
+	require.Equal(t, 0, r.code, r.stderr)
+	removeImage(t, newExecutor(t).Client(), tag)
+	var img struct{ ID, OS string }
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &img))
+	assert.Regexp(t, `^sha256:[0-9a-f]{64}$`, img.ID)
+	assert.Equal(t, "linux", img.OS)
+
+	type result struct {
+		Session  string
+		ExitCode int
+		Error    string
+	}
+	last := func(stderr string) result {
+		lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
+		var res result
+		require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &res), stderr)
+		return res
+	}
+	r = cli(t, nil, "run", runLabelFlag(), "--json", fixtureRef, "--", "sh", "-c", "echo out; exit 3")
+	assert.Equal(t, 3, r.code)
+	assert.Equal(t, "out\n", r.stdout)
+	res := last(r.stderr)
+	assert.Equal(t, 3, res.ExitCode)
+	assert.Regexp(t, fullID, res.Session+"\n")
+	assert.Empty(t, res.Error)
+
+	r = cli(t, nil, "run", runLabelFlag(), "--json", fixtureRef, "--", "/no/such/program")
+	assert.Equal(t, 127, r.code)
+	res = last(r.stderr)
+	assert.Equal(t, -1, res.ExitCode)
+	assert.Contains(t, res.Error, "could not be started")
+	assert.True(t, strings.HasPrefix(r.stderr, "runbox: command could not be started"), "the message, then the report: %q", r.stderr)
+
+	host := testRegistry(t)
+	ref := host + "/runbox-test/bb:index"
+	r = cli(t, nil, "image", "pull", "--json", "--quiet", ref)
+	require.Equal(t, 0, r.code, r.stderr)
+	removeImage(t, newExecutor(t).Client(), ref)
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &img))
+	assert.Equal(t, "linux", img.OS)
+}
+
+// Shell completion offers the sessions and the local images.
+func TestCLICompletion(t *testing.T) {
+	id := openCLI(t, "--name", "complete-"+runID, "--init", fixtureRef, "--", "sleep", "1000000")
+	r := cli(t, nil, "__complete", "exec", "complete-")
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "complete-"+runID+"\t")
+	r = cli(t, nil, "__complete", "close", id[:6])
+	assert.Contains(t, r.stdout, id[:12])
+	r = cli(t, nil, "__complete", "exec", id, "")
+	assert.NotContains(t, r.stdout, id[:12], "only the first argument of exec is a session")
+	r = cli(t, nil, "__complete", "run", "runbox-test/busybox:")
+	assert.Contains(t, strings.Fields(r.stdout), fixtureRef)
+}

@@ -289,8 +289,8 @@ func (r *hostReport) finish(err error) error {
 		if r.err == nil {
 			r.res, r.err = runbox.Result{ExitCode: -1}, err
 		}
-		fmt.Fprintf(r.stderr, "runbox: %v%s\n", err, hint(err))
-		code = exitFailure
+		printFailure(r.stderr, err)
+		code = failureCode(err)
 	}
 	r.print()
 	if code == 0 {

@@ -77,7 +77,7 @@ func printImage(cmd *cobra.Command, img runbox.Image, asJSON bool) error {
 
 func newImagePull() *cobra.Command {
 	var platform string
-	var quiet bool
+	var quiet, asJSON bool
 	cmd := &cobra.Command{
 		Use:   "pull REF",
 		Short: "Pull an image for a platform, showing progress",
@@ -109,12 +109,16 @@ unauthorized) fail the command with exit status 125.`,
 			if err != nil {
 				return fmt.Errorf("%w: %w", errPullFailed, err)
 			}
+			if asJSON {
+				return printImage(cmd, img, true)
+			}
 			_, err = fmt.Fprintln(cmd.OutOrStdout(), img.ID)
 			return err
 		},
 	}
 	cmd.Flags().StringVar(&platform, "platform", "", "platform as OS/ARCH[/VARIANT], e.g. linux/arm64")
 	cmd.Flags().BoolVarP(&quiet, "quiet", "q", false, "print no progress")
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"id","os","architecture","variant"} instead of the ID`)
 	return cmd
 }
 

@@ -179,6 +179,7 @@ Exit status: the command's own; 124 on --timeout; 128+N after signal N;
 	addEngineFlags(root)
 	root.AddCommand(newVersion(), newDemo(), newImage(), newOpen(), newExec(), newShell(),
 		newSnapshot(), newClose(), newLs(), newInspect(), newLogs(), newPrune(), newRun(), newHost(), newAgent(), newRenew(), newCp())
+	addCompletions(root)
 	return root
 }
 

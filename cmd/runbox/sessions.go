@@ -60,9 +60,17 @@ func afterDash(args []string) []string {
 	return args
 }
 
+// openJSON is the documented, stable shape of `runbox open --json`.
+type openJSON struct {
+	ID    string `json:"id"`
+	Name  string `json:"name,omitempty"`
+	Agent bool   `json:"agent"` // commands run through the runbox agent
+}
+
 func newOpen() *cobra.Command {
 	var of openFlags
 	var lease time.Duration
+	var asJSON bool
 	cmd := &cobra.Command{
 		Use:   "open [flags] IMAGE [-- PROCESS...]",
 		Short: "Open a session and print its ID",
@@ -98,12 +106,16 @@ renewed it (` + "`runbox exec`" + `, ` + "`runbox renew`" + `) for that long.`,
 			if err != nil {
 				return err
 			}
+			if asJSON {
+				return json.NewEncoder(cmd.OutOrStdout()).Encode(openJSON{ID: s.ID(), Name: spec.Name, Agent: s.Agent()})
+			}
 			_, err = fmt.Fprintln(cmd.OutOrStdout(), s.ID())
 			return err
 		},
 	}
 	cmd.Flags().SetInterspersed(false)
 	of.register(cmd.Flags())
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"id","name","agent"} instead of the ID`)
 	cmd.Flags().DurationVar(&lease, "lease", 0, "end the session (and remove it) when no exec or `runbox renew` renewed it for this long; default: until `runbox close`")
 	return cmd
 }
@@ -446,7 +458,7 @@ func outcome(sigCtx context.Context, timeout time.Duration, res runbox.Result, e
 
 func newSnapshot() *cobra.Command {
 	var tag string
-	var pause bool
+	var pause, asJSON bool
 	cmd := &cobra.Command{
 		Use:   "snapshot [flags] SESSION",
 		Short: "Save a session's writable layer as an image and print its ID",
@@ -465,11 +477,15 @@ is not paused unless --pause is given.`,
 			if err != nil {
 				return err
 			}
+			if asJSON {
+				return printImage(cmd, img, true)
+			}
 			_, err = fmt.Fprintln(cmd.OutOrStdout(), img.ID)
 			return err
 		},
 	}
 	cmd.Flags().StringVar(&tag, "tag", "", "tag the image as NAME[:TAG]")
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"id","os","architecture","variant"} instead of the ID`)
 	cmd.Flags().BoolVar(&pause, "pause", false, "pause the session's processes while the layer is saved")
 	return cmd
 }
@@ -748,9 +764,46 @@ func ownerGone(owner string, created time.Time, host string) bool {
 	return !created.IsZero() && !st.Time.IsZero() && st.Time.After(created.Add(2*time.Second))
 }
 
+// runJSON is the documented, stable shape of the last stderr line of
+// `runbox run --json`.
+type runJSON struct {
+	Session  string `json:"session"`
+	ExitCode int    `json:"exitCode"` // the process's exit status; -1 with error
+	Error    string `json:"error,omitempty"`
+}
+
+// reportRun writes run's --json line after what runbox would print about
+// err, and returns the exit status alone.
+func reportRun(id string, err error) error {
+	rep := runJSON{Session: id}
+	var ec *exitCode
+	switch {
+	case err == nil:
+	case errors.As(err, &ec):
+		if ec.msg != "" {
+			fmt.Fprintln(os.Stderr, "runbox:", ec.msg)
+		}
+		rep.ExitCode = ec.code
+	default:
+		printFailure(os.Stderr, err)
+		rep.ExitCode, rep.Error = -1, trimPrefixes(err.Error())
+		ec = &exitCode{code: failureCode(err)}
+	}
+	b, jerr := json.Marshal(rep)
+	if jerr != nil {
+		return jerr
+	}
+	fmt.Fprintf(os.Stderr, "%s\n", b)
+	if ec == nil {
+		return nil
+	}
+	return &exitCode{code: ec.code}
+}
+
 func newRun() *cobra.Command {
 	var of openFlags
 	var xf execFlags
+	var asJSON bool
 	var process []string
 	cmd := &cobra.Command{
 		Use:   "run [flags] IMAGE -- ARGV...",
@@ -802,10 +855,12 @@ the image needs a sleep program unless --process names another.`,
 			}
 			runErr := runInSession(ctx, s, c, timeout, limit, xf.interactive)
 			if err := s.Close(context.Background()); err != nil {
-				return errors.Join(runErr, err)
+				runErr = errors.Join(runErr, err)
+			} else if ctx.Err() != nil {
+				runErr = &exitCode{code: 130, msg: "interrupted"}
 			}
-			if ctx.Err() != nil {
-				return &exitCode{code: 130, msg: "interrupted"}
+			if asJSON {
+				return reportRun(s.ID(), runErr)
 			}
 			return runErr
 		},
@@ -814,6 +869,7 @@ the image needs a sleep program unless --process names another.`,
 	of.register(cmd.Flags())
 	xf.register(cmd.Flags(), false)
 	xf.registerOutputLimit(cmd.Flags())
+	cmd.Flags().BoolVar(&asJSON, "json", false, `write {"session","exitCode","error"} as the last line of stderr`)
 	cmd.Flags().StringArrayVar(&process, "process", []string{"sleep", "2147483647"}, "lifetime process argument (repeat for each argument)")
 	return cmd
 }
