@@ -195,7 +195,7 @@ func TestHostJSONIsLastOnEveryOutcome(t *testing.T) {
 	}{
 		{"exit", []string{"--", "sh", "-c", "echo no newline >&2; printf x >&2; exit 3"}, 3, ""},
 		{"timeout", []string{"--timeout", "300ms", "--", "sleep", "100"}, exitTimeout, "timed out"},
-		{"start failure", []string{"--", "/no/such/program"}, exitFailure, "could not be started"},
+		{"start failure", []string{"--", "/no/such/program"}, exitNotFound, "could not be started"},
 		{"output limit", []string{"--output-limit", "1000", "--", "sh", "-c", "yes | head -c 100000"}, exitFailure, "output limit"},
 		{"refused", []string{"--unconfined", "--network", "--", "true"}, exitFailure, "--unconfined has none"},
 	}

@@ -144,8 +144,6 @@ func hint(err error) string {
 		return " (the session's lifetime process has exited; close it with `runbox close`)"
 	case errors.Is(err, runbox.ErrOutputLimit):
 		return " (raise --output-limit to keep more)"
-	case errors.Is(err, runbox.ErrStart) && errors.Is(err, fs.ErrNotExist):
-		return " (not found in the session)"
 	}
 	return ""
 }
