@@ -3,6 +3,7 @@ package runbox
 import (
 	"context"
 	"fmt"
+	"path"
 	"strings"
 )
 
@@ -55,6 +56,9 @@ type Spec struct {
 	// Init runs a minimal init as PID 1 that reaps orphaned processes and
 	// forwards signals to the lifetime process.
 	Init bool
+	// Dir is the working directory of the lifetime process and of the
+	// commands that name none; it must be absolute. "" keeps the image's.
+	Dir string
 	// Runtime names the OCI runtime the Engine runs the session with; it
 	// must be one the Engine knows, for example "runsc" (gVisor, a
 	// user-space kernel). "" means the Engine's default runtime.
@@ -80,6 +84,9 @@ func (s Spec) Validate() error {
 	}
 	if err := ValidateEnv(s.Env); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidSpec, err)
+	}
+	if s.Dir != "" && (!path.IsAbs(s.Dir) || strings.IndexByte(s.Dir, 0) >= 0) {
+		return fmt.Errorf("%w: the working directory %q is not an absolute path", ErrInvalidSpec, s.Dir)
 	}
 	if err := validateMounts(s.Mounts); err != nil {
 		return err

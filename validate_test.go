@@ -36,6 +36,7 @@ func TestSpecValidate(t *testing.T) {
 	dir := t.TempDir()
 	good := Spec{Image: "busybox", Mounts: []Mount{{Source: dir, Target: "/a"}, {Source: dir, Target: "/b", ReadOnly: true}}}
 	require.NoError(t, good.Validate())
+	require.NoError(t, Spec{Image: "busybox", Dir: "/work"}.Validate())
 	hardened := Spec{Image: "busybox", Runtime: "runsc", Security: Security{
 		CapDrop: []string{"ALL"}, CapAdd: []string{"cap_chown", "KILL"}, NoNewPrivileges: true, ReadOnlyRootfs: true,
 		Tmpfs: []Tmpfs{{Target: "/tmp", Options: "size=64m,mode=1777"}, {Target: "/run"}},
@@ -62,6 +63,7 @@ func TestSpecValidate(t *testing.T) {
 		"root tmpfs":        {Image: "x", Security: Security{Tmpfs: []Tmpfs{{Target: "/"}}}},
 		"tmpfs over mount":  {Image: "x", Mounts: []Mount{{Source: dir, Target: "/a"}}, Security: Security{Tmpfs: []Tmpfs{{Target: "/a/"}}}},
 		"tmpfs bad options": {Image: "x", Security: Security{Tmpfs: []Tmpfs{{Target: "/t", Options: "size=1m mode=1"}}}},
+		"relative dir":      {Image: "x", Dir: "tmp"},
 	}
 	for name, s := range bad {
 		assert.ErrorIs(t, s.Validate(), ErrInvalidSpec, name)

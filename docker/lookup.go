@@ -143,7 +143,7 @@ func (e *Executor) Session(ctx context.Context, ref string) (*Session, error) {
 	}
 	spec := runbox.Spec{
 		Image: cfg.Image, Name: strings.TrimPrefix(res.Container.Name, "/"), Labels: cfg.Labels,
-		User: cfg.User, Env: cfg.Env, Process: cfg.Entrypoint,
+		User: cfg.User, Env: cfg.Env, Process: cfg.Entrypoint, Dir: cfg.WorkingDir,
 	}
 	if hc := res.Container.HostConfig; hc != nil {
 		spec.Network = runbox.NetworkPolicy(hc.NetworkMode)

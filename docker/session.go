@@ -230,10 +230,11 @@ func (e *Executor) checkNetwork(ctx context.Context, n runbox.NetworkPolicy) err
 // Spec does not say, apart from runbox's labels.
 func containerConfig(spec runbox.Spec, owner string, now time.Time) (*container.Config, *container.HostConfig) {
 	cfg := &container.Config{
-		Image:  spec.Image,
-		Env:    spec.Env,
-		User:   spec.User,
-		Labels: sessionLabels(spec.Labels, owner, now),
+		Image:      spec.Image,
+		Env:        spec.Env,
+		User:       spec.User,
+		WorkingDir: spec.Dir,
+		Labels:     sessionLabels(spec.Labels, owner, now),
 	}
 	if spec.Process != nil {
 		// A non-empty Entrypoint stops the Engine from merging the image's

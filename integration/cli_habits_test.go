@@ -79,8 +79,8 @@ func TestCLIInspect(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	var got []struct {
 		ID, Name, Image, State, Owner, Lease, Network, Containment string
-		Process                                                     []string
-		Mounts                                                      []struct {
+		Process                                                    []string
+		Mounts                                                     []struct {
 			Source, Target string
 			ReadOnly       bool `json:"read_only"`
 		}
@@ -272,4 +272,22 @@ func TestCLICompletion(t *testing.T) {
 	assert.NotContains(t, r.stdout, id[:12], "only the first argument of exec is a session")
 	r = cli(t, nil, "__complete", "run", "runbox-test/busybox:")
 	assert.Contains(t, strings.Fields(r.stdout), fixtureRef)
+}
+
+// open -w sets the session's working directory; it must be absolute.
+func TestCLIOpenWorkdir(t *testing.T) {
+	id := openCLI(t, "-w", "/tmp", "--init", fixtureRef, "--", "sleep", "1000000")
+	r := cli(t, nil, "exec", id, "--", "pwd")
+	assert.Equal(t, "/tmp\n", r.stdout)
+	r = cli(t, nil, "exec", "-w", "/", id, "--", "pwd")
+	assert.Equal(t, "/\n", r.stdout, "the command's -w wins")
+	r = cli(t, nil, "inspect", "--json", id)
+	assert.Contains(t, r.stdout, `"workdir":"/tmp"`)
+
+	flag, filter := caseLabel(t)
+	r = cli(t, nil, "open", runLabelFlag(), flag, "-w", "tmp", fixtureRef, "--", "sleep", "1000000")
+	assert.Equal(t, 125, r.code)
+	oneLine(t, r, "relative open -w")
+	assert.Contains(t, r.stderr, "absolute")
+	assert.Empty(t, containersWith(t, filter))
 }

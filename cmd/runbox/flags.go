@@ -31,6 +31,7 @@ type openFlags struct {
 	init     bool
 	pull     string
 	platform string
+	workdir  string
 	hard     hardenFlags
 }
 
@@ -106,6 +107,7 @@ func (f *openFlags) spec(image string, process []string) (runbox.Spec, error) {
 		User:    f.user,
 		Init:    f.init,
 		Env:     env,
+		Dir:     f.workdir,
 	}
 	for _, v := range f.volumes {
 		m, err := parseVolume(v)
@@ -320,4 +322,10 @@ func resolveEnv(entries, files []string) ([]string, error) {
 		}
 	}
 	return out, nil
+}
+
+// registerWorkdir adds open's -w: the session's working directory (run's
+// -w is the command's, as exec's).
+func (f *openFlags) registerWorkdir(fs *pflag.FlagSet) {
+	fs.StringVarP(&f.workdir, "workdir", "w", "", "working directory of the lifetime process and of commands that name none (absolute)")
 }

@@ -26,6 +26,7 @@ type inspectJSON struct {
 	Lease       string            `json:"lease"` // a time to live, or "persistent"
 	Process     []string          `json:"process"`
 	User        string            `json:"user,omitempty"`
+	Workdir     string            `json:"workdir,omitempty"`
 	Network     string            `json:"network"`
 	Runtime     string            `json:"runtime,omitempty"`
 	Mounts      []mountJSON       `json:"mounts"`
@@ -62,7 +63,7 @@ holds it: image, state, owner and lease, lifetime process, user, network,
 runtime, mounts, limits, whether commands run through the runbox agent and
 what cancelling a command achieves there, and the caller's labels.
 --json prints an array of objects with the fields id, name, image, state,
-created, owner, lease, process, user, network, runtime, mounts
+created, owner, lease, process, user, workdir, network, runtime, mounts
 (source, target, read_only), limits (memory_bytes, cpus, pids), agent
 (present, auth), containment and labels.`,
 		Example: `  runbox inspect work
@@ -108,7 +109,7 @@ func inspectOf(info docker.SessionInfo, s *docker.Session) inspectJSON {
 	spec := s.Spec()
 	v := inspectJSON{
 		ID: info.ID, Name: info.Name, Image: info.Image, State: info.State, Created: info.Created,
-		Owner: info.Owner, Lease: info.Labels[docker.LabelLease], Process: spec.Process, User: spec.User,
+		Owner: info.Owner, Lease: info.Labels[docker.LabelLease], Process: spec.Process, User: spec.User, Workdir: spec.Dir,
 		Network: string(spec.Network), Runtime: spec.Runtime, Mounts: []mountJSON{},
 		Limits:      limitsJSON{MemoryBytes: spec.Resources.MemoryBytes, CPUs: spec.Resources.CPUs, Pids: spec.Resources.Pids},
 		Agent:       agentJSON{Present: s.Agent()},
@@ -177,6 +178,7 @@ func printInspect(out io.Writer, v inspectJSON) error {
 	fmt.Fprintf(w, "Lease:\t%s\n", v.Lease)
 	fmt.Fprintf(w, "Process:\t%s\n", none(strings.Join(v.Process, " ")))
 	fmt.Fprintf(w, "User:\t%s\n", none(v.User))
+	fmt.Fprintf(w, "Workdir:\t%s\n", none(v.Workdir))
 	fmt.Fprintf(w, "Network:\t%s\n", v.Network)
 	fmt.Fprintf(w, "Runtime:\t%s\n", none(v.Runtime))
 	fmt.Fprintf(w, "Limits:\t%s\n", strings.Join(limits, ", "))

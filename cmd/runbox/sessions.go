@@ -116,6 +116,7 @@ renewed it (` + "`runbox exec`" + `, ` + "`runbox renew`" + `) for that long.`,
 	cmd.Flags().SetInterspersed(false)
 	of.register(cmd.Flags())
 	cmd.Flags().BoolVar(&asJSON, "json", false, `print {"id","name","agent"} instead of the ID`)
+	of.registerWorkdir(cmd.Flags())
 	cmd.Flags().DurationVar(&lease, "lease", 0, "end the session (and remove it) when no exec or `runbox renew` renewed it for this long; default: until `runbox close`")
 	return cmd
 }
