@@ -89,7 +89,11 @@ func sessionGuarantees(cfg *container.Config, hc *container.HostConfig, rt runti
 		// it (gVisor has no NoNewPrivs in /proc), so runbox cannot check it.
 		g.Mechanisms = append(g.Mechanisms, "no-new-privileges-unverified")
 	}
-	if !slices.ContainsFunc(hc.SecurityOpt, func(o string) bool { return strings.HasPrefix(o, "seccomp") && strings.HasSuffix(o, "unconfined") }) {
+	unconfined := slices.ContainsFunc(hc.SecurityOpt, func(o string) bool { return strings.HasPrefix(o, "seccomp") && strings.HasSuffix(o, "unconfined") })
+	// runsc applies the Engine's seccomp profile only with --oci-seccomp;
+	// its own kernel filters what reaches the host either way.
+	ociSeccomp := rt.kernel != runbox.KernelGVisor || slices.Contains(rt.args, "--oci-seccomp") || slices.Contains(rt.args, "--oci-seccomp=true")
+	if !unconfined && ociSeccomp {
 		g.Mechanisms = append(g.Mechanisms, "seccomp")
 	}
 	pids := hc.PidsLimit != nil && *hc.PidsLimit > 0

@@ -81,6 +81,7 @@ func TestSessionGuarantees(t *testing.T) {
 	assert.Equal(t, "0", g.User, "the Engine's empty user is root")
 	assert.Equal(t, runbox.GuaranteeLevelDegraded, g.Level)
 	assert.Contains(t, g.Mechanisms, "no-new-privileges-unverified")
+	assert.NotContains(t, g.Mechanisms, "seccomp", "runsc ignores the Engine's profile without --oci-seccomp")
 
 	// The Engine's defaults: a bridge network is no boundary, and nothing
 	// is hardened.

@@ -4,6 +4,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"os"
 	"strings"
 	"testing"
@@ -92,6 +93,19 @@ func TestCLIRuntimeAndHardening(t *testing.T) {
 	r = cli(t, nil, "exec", id, "--", "dmesg")
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.Contains(t, r.stdout, "Starting gVisor")
+	r = cli(t, nil, "inspect", "--json", id)
+	require.Equal(t, 0, r.code, r.stderr)
+	var shown []struct {
+		Runtime    string            `json:"runtime"`
+		Guarantees runbox.Guarantees `json:"guarantees"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &shown), r.stdout)
+	require.Len(t, shown, 1)
+	assert.Equal(t, gvisor, shown[0].Runtime)
+	assert.Equal(t, runbox.KernelGVisor, shown[0].Guarantees.Kernel)
+	assert.True(t, shown[0].Guarantees.NetworkBoundary)
+	r = cli(t, nil, "inspect", id)
+	assert.Contains(t, r.stdout, "kernel gvisor")
 
 	r = cli(t, nil, "open", runLabelFlag(), "--read-only", "--tmpfs", "/tmp:size=8m", "--cap-drop", "ALL",
 		"--security-opt", "no-new-privileges", fixtureRef, "--", "sleep", "1000000")
@@ -101,6 +115,9 @@ func TestCLIRuntimeAndHardening(t *testing.T) {
 	r = cli(t, nil, "exec", hid, "--", "sh", "-c", "echo x > /tmp/ok && cat /tmp/ok && grep NoNewPrivs /proc/self/status && chroot / true")
 	assert.Equal(t, "x\nNoNewPrivs:\t1\n", r.stdout)
 	assert.NotEqual(t, 0, r.code, "chroot needs a dropped capability")
+	r = cli(t, nil, "inspect", hid)
+	assert.Contains(t, r.stdout, "kernel host")
+	assert.Contains(t, r.stdout, "read-only root; no new privileges; capabilities none")
 	r = cli(t, nil, "exec", hid, "--", "sh", "-c", "echo x > /f")
 	assert.NotEqual(t, 0, r.code, "the root filesystem is read-only")
 

@@ -12,6 +12,7 @@ import (
 	"github.com/docker/go-units"
 	"github.com/spf13/cobra"
 
+	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/docker"
 )
 
@@ -34,6 +35,7 @@ type inspectJSON struct {
 	Agent       agentJSON         `json:"agent"`
 	Containment string            `json:"containment"` // what cancelling a command achieves
 	Labels      map[string]string `json:"labels"`      // the caller's labels (runbox's own are the fields above)
+	Guarantees  runbox.Guarantees `json:"guarantees"`  // what the session enforces, from the Engine's inspect
 }
 
 type mountJSON struct {
@@ -65,7 +67,9 @@ what cancelling a command achieves there, and the caller's labels.
 --json prints an array of objects with the fields id, name, image, state,
 created, owner, lease, process, user, workdir, network, runtime, mounts
 (source, target, read_only), limits (memory_bytes, cpus, pids), agent
-(present, auth), containment and labels.`,
+(present, auth), containment, labels and guarantees (what the session
+enforces, read from the Engine: level, kernel, boundaries, readOnlyRoot,
+noNewPrivileges, capabilities, user, as the library's runbox.Guarantees).`,
 		Example: `  runbox inspect work
   runbox inspect --json $id | jq '.[0].limits'`,
 		Args: cobra.MinimumNArgs(1),
@@ -85,7 +89,11 @@ created, owner, lease, process, user, workdir, network, runtime, mounts
 				if err != nil {
 					return err
 				}
-				list = append(list, inspectOf(info, s))
+				v := inspectOf(info, s)
+				if v.Guarantees, err = s.Guarantees(cmd.Context()); err != nil {
+					return err
+				}
+				list = append(list, v)
 			}
 			if asJSON {
 				return json.NewEncoder(cmd.OutOrStdout()).Encode(list)
@@ -184,6 +192,7 @@ func printInspect(out io.Writer, v inspectJSON) error {
 	fmt.Fprintf(w, "Limits:\t%s\n", strings.Join(limits, ", "))
 	fmt.Fprintf(w, "Agent:\t%s\n", agent)
 	fmt.Fprintf(w, "Containment:\t%s\n", v.Containment)
+	fmt.Fprintf(w, "Guarantees:\t%s\n", guaranteesLine(v.Guarantees))
 	for i, m := range v.Mounts {
 		label := "Mounts:"
 		if i > 0 {
@@ -213,4 +222,27 @@ func sortedKeys(m map[string]string) []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// guaranteesLine says in one line what a session enforces.
+func guaranteesLine(g runbox.Guarantees) string {
+	parts := []string{g.Level.String(), "kernel " + g.Kernel}
+	for _, b := range []struct {
+		on   bool
+		name string
+	}{
+		{g.ProcessBoundary, "process boundary"}, {g.WriteBoundary, "write boundary"}, {g.ReadBoundary, "read boundary"},
+		{g.NetworkBoundary, "no network"}, {g.EnvScrub, "env scrub"}, {g.ResourceLimits, "resource limits"},
+		{g.ReadOnlyRoot, "read-only root"}, {g.NoNewPrivileges, "no new privileges"},
+	} {
+		if b.on {
+			parts = append(parts, b.name)
+		}
+	}
+	caps := "none"
+	if len(g.Capabilities) > 0 {
+		caps = strings.Join(g.Capabilities, ",")
+	}
+	parts = append(parts, "capabilities "+caps, "user "+g.User, "lifetime "+g.Lifetime.String())
+	return strings.Join(parts, "; ")
 }
