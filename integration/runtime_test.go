@@ -5,12 +5,15 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -31,14 +34,53 @@ func needRuntime(t testing.TB, e *docker.Executor, name string) {
 	defer cancel()
 	info, err := e.Client().Info(ctx, client.InfoOptions{})
 	require.NoError(t, err)
-	if _, ok := info.Info.Runtimes[name]; ok {
-		return
-	}
 	msg := "the Engine has no " + name + " runtime, so gVisor sessions cannot be tested: run scripts/gvisor (installs runsc, adds it to /etc/docker/daemon.json, reloads dockerd)"
+	if _, ok := info.Info.Runtimes[name]; ok {
+		// Configured is not runnable (gVisor needs ptrace or KVM, which a
+		// nested machine may lack): one container says which.
+		runtimeOnce.Do(func() { runtimeErr = tryRuntime(e, name) })
+		if runtimeErr == nil {
+			return
+		}
+		msg = "the Engine has a " + name + " runtime but cannot run a container with it: " + runtimeErr.Error()
+	}
 	if os.Getenv("CI") == "true" {
 		t.Fatal(msg)
 	}
 	t.Skip(msg)
+}
+
+var (
+	runtimeOnce sync.Once
+	runtimeErr  error
+)
+
+// tryRuntime runs `true` in a container on the runtime.
+func tryRuntime(e *docker.Executor, name string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cli := e.Client()
+	res, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Config:     &container.Config{Image: fixtureRef, Entrypoint: []string{"true"}, Labels: runLabels()},
+		HostConfig: &container.HostConfig{NetworkMode: "none", Runtime: name},
+	})
+	if err != nil {
+		return err
+	}
+	defer cli.ContainerRemove(context.Background(), res.ID, client.ContainerRemoveOptions{Force: true})
+	if _, err := cli.ContainerStart(ctx, res.ID, client.ContainerStartOptions{}); err != nil {
+		return err
+	}
+	wait := cli.ContainerWait(ctx, res.ID, client.ContainerWaitOptions{Condition: container.WaitConditionNotRunning})
+	select {
+	case r := <-wait.Result:
+		if r.StatusCode != 0 {
+			return fmt.Errorf("`true` exited with status %d", r.StatusCode)
+		}
+		return nil
+	case err := <-wait.Error:
+		return err
+	}
 }
 
 // An unknown runtime is refused before anything is created, and the error
