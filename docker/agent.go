@@ -52,8 +52,9 @@ const (
 const LabelAgentKey = "dev.runbox.agent-key"
 
 // LabelAgent records how a session's agent is reached: "kernel" (a local
-// Engine) or "key" (a remote one; see AgentAuth). Sessions without an
-// agent have no such label.
+// Engine, a session on the host's kernel) or "key" (a remote Engine, or a
+// session on another kernel such as gVisor's; see AgentAuth). Sessions
+// without an agent have no such label.
 const LabelAgent = "dev.runbox.agent"
 
 // LabelLifetime records the lifetime process the agent runs, as a JSON
