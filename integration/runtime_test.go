@@ -214,6 +214,10 @@ func TestGVisorLifecycle(t *testing.T) {
 		})
 	})
 
+	t.Run("collect", func(t *testing.T) {
+		runboxtest.RunCollect(t, runboxtest.CollectBackend{Name: "gVisor session", Runner: s, ScratchDir: "/tmp"})
+	})
+
 	t.Run("snapshot", func(t *testing.T) {
 		o := run(t, s, runbox.ShellCommand("echo layer > /layerfile"))
 		require.NoError(t, o.err)
