@@ -244,3 +244,22 @@ func TestGVisorLifecycle(t *testing.T) {
 		assert.ErrorIs(t, err, runbox.ErrSessionClosed)
 	})
 }
+
+// Without the agent a gVisor session runs commands through plain Engine
+// exec, with the Engine's init when asked.
+func TestGVisorPlainExec(t *testing.T) {
+	e := newExecutor(t, docker.WithoutAgent())
+	needRuntime(t, e, gvisor)
+	spec := baseSpec() // Init: the Engine's init is PID 1
+	spec.Runtime = gvisor
+	s := open(t, e, spec).(*docker.Session)
+	require.False(t, s.Agent())
+	o := run(t, s, runbox.ShellCommand("dmesg | head -1; cat /proc/1/cmdline | tr '\\0' ' '"))
+	require.NoError(t, o.err)
+	assert.Contains(t, o.stdout, "gVisor")
+	assert.Contains(t, o.stdout, "docker-init")
+	g, err := s.Guarantees(context.Background())
+	require.NoError(t, err)
+	assert.Equal(t, runbox.KernelGVisor, g.Kernel)
+	assert.Equal(t, runbox.LifetimeContainmentUnspecified, g.Lifetime)
+}
