@@ -2,7 +2,6 @@ package runbox
 
 import (
 	"fmt"
-	"os"
 	"path"
 	"path/filepath"
 	"strings"
@@ -11,7 +10,8 @@ import (
 // Mount exposes an existing host path inside a session. The caller owns the
 // host path and must keep it for the session's lifetime.
 type Mount struct {
-	// Source is an absolute path that exists on the Engine's host.
+	// Source is an absolute path on the machine that runs the session: for
+	// a Docker session, the Engine's host, which may not be this machine.
 	Source string
 	// Target is the absolute path inside the session.
 	Target string
@@ -19,17 +19,16 @@ type Mount struct {
 	ReadOnly bool
 }
 
-// Validate checks the mount's own fields: an absolute, existing Source and
-// an absolute Target. The error wraps [ErrInvalidSpec].
+// Validate checks the mount's own fields: an absolute Source and an
+// absolute Target. Whether Source exists is for the backend to check where
+// the path lives (the Docker backend checks it here only when the Engine
+// shares this machine's filesystem). The error wraps [ErrInvalidSpec].
 func (m Mount) Validate() error {
 	if strings.IndexByte(m.Source, 0) >= 0 || strings.IndexByte(m.Target, 0) >= 0 {
 		return fmt.Errorf("%w: mount %q: NUL byte in path", ErrInvalidSpec, m.Source)
 	}
 	if m.Source == "" || !filepath.IsAbs(m.Source) {
 		return fmt.Errorf("%w: mount source %q must be an absolute host path", ErrInvalidSpec, m.Source)
-	}
-	if _, err := os.Stat(m.Source); err != nil {
-		return fmt.Errorf("%w: mount source %q: %w", ErrInvalidSpec, m.Source, err)
 	}
 	if m.Target == "" || !path.IsAbs(m.Target) {
 		return fmt.Errorf("%w: mount target %q must be an absolute path in the session", ErrInvalidSpec, m.Target)

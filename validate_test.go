@@ -42,11 +42,12 @@ func TestSpecValidate(t *testing.T) {
 		Tmpfs: []Tmpfs{{Target: "/tmp", Options: "size=64m,mode=1777"}, {Target: "/run"}},
 	}}
 	require.NoError(t, hardened.Validate())
+	// A source that is not on this machine may be on the Engine's host.
+	require.NoError(t, Spec{Image: "x", Mounts: []Mount{{Source: "/no/such/path/here", Target: "/a"}}}.Validate())
 
 	bad := map[string]Spec{
 		"no image":          {},
 		"relative source":   {Image: "x", Mounts: []Mount{{Source: "rel", Target: "/a"}}},
-		"missing source":    {Image: "x", Mounts: []Mount{{Source: "/no/such/path/at/all", Target: "/a"}}},
 		"relative target":   {Image: "x", Mounts: []Mount{{Source: dir, Target: "a"}}},
 		"root target":       {Image: "x", Mounts: []Mount{{Source: dir, Target: "/"}}},
 		"duplicate targets": {Image: "x", Mounts: []Mount{{Source: dir, Target: "/a"}, {Source: dir, Target: "/a/."}}},

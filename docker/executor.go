@@ -192,9 +192,10 @@ func New(opts ...Option) (*Executor, error) {
 	}
 	// Local means: bind mounts reach the Engine's host and the kernel can
 	// vouch for the agent's pid (see acceptAgent).
-	e.localEngine = strings.HasPrefix(e.cli.DaemonHost(), "unix://") && peerVerifiable
 	if c.localEngine != nil {
 		e.localEngine = *c.localEngine
+	} else if sock, ok := strings.CutPrefix(e.cli.DaemonHost(), "unix://"); ok && peerVerifiable {
+		e.localEngine = sharesFilesystem(sock)
 	}
 	dial := e.cli.Dialer()
 	e.raw = &http.Client{Transport: &http.Transport{

@@ -2,6 +2,7 @@ package docker
 
 import (
 	"fmt"
+	"os"
 	"path"
 	"strings"
 
@@ -27,4 +28,28 @@ func checkReservedMounts(mounts []runbox.Mount) error {
 // within reports whether the clean absolute path p is dir or lies under it.
 func within(p, dir string) bool {
 	return p == dir || dir == "/" || strings.HasPrefix(p, dir+"/")
+}
+
+// checkMountSources checks that every mount source exists, here, when the
+// Engine shares this machine's filesystem. A remote Engine's sources are
+// paths on its host, which only it can check (see remoteNote).
+func (e *Executor) checkMountSources(mounts []runbox.Mount) error {
+	if !e.localEngine {
+		return nil
+	}
+	for _, m := range mounts {
+		if _, err := os.Stat(m.Source); err != nil {
+			return fmt.Errorf("%w: mount source %q: %w", runbox.ErrInvalidSpec, m.Source, err)
+		}
+	}
+	return nil
+}
+
+// remoteNote explains an Engine's refusal of a spec with mounts when the
+// Engine is remote: their sources were looked for on its host, not here.
+func (e *Executor) remoteNote(mounts []runbox.Mount) string {
+	if e.localEngine || len(mounts) == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" (the Engine %s is remote: mount sources are paths on its host, not on this machine)", e.endpoint)
 }

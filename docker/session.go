@@ -79,6 +79,9 @@ func (e *Executor) open(ctx context.Context, spec runbox.Spec) (*Session, error)
 	if err := checkReservedMounts(spec.Mounts); err != nil {
 		return nil, err
 	}
+	if err := e.checkMountSources(spec.Mounts); err != nil {
+		return nil, err
+	}
 	if spec.Name != "" && !namePattern.MatchString(spec.Name) {
 		return nil, fmt.Errorf("%w: session name %q must match %s", runbox.ErrInvalidSpec, spec.Name, namePattern)
 	}
@@ -115,7 +118,7 @@ func (e *Executor) open(ctx context.Context, spec runbox.Spec) (*Session, error)
 			return nil, fmt.Errorf("%w: %w", runbox.ErrInvalidSpec, err)
 		}
 		if cerrdefs.IsInvalidArgument(err) {
-			return nil, fmt.Errorf("%w: the Engine refused the spec: %w", runbox.ErrInvalidSpec, err)
+			return nil, fmt.Errorf("%w: the Engine refused the spec: %w%s", runbox.ErrInvalidSpec, err, e.remoteNote(spec.Mounts))
 		}
 		return nil, classifyImageErr(spec.Image, err)
 	}

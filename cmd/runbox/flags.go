@@ -76,7 +76,7 @@ func (f *hardenFlags) apply(spec *runbox.Spec) error {
 
 func (f *openFlags) register(fs *pflag.FlagSet) {
 	fs.StringVar(&f.network, "network", "none", "network: none, bridge, or the name of an existing Engine network")
-	fs.StringArrayVarP(&f.volumes, "volume", "v", nil, "bind mount SRC:DST[:ro]; SRC must be an existing absolute host path")
+	fs.StringArrayVarP(&f.volumes, "volume", "v", nil, "bind mount SRC:DST[:ro]; SRC is an absolute path on the Engine's host")
 	fs.StringArrayVarP(&f.env, "env", "e", nil, "environment entry K=V for the session, or K for this shell's value of K (repeatable)")
 	fs.StringArrayVar(&f.envFiles, "env-file", nil, "read environment entries from a file of K=V or K lines (# starts a comment)")
 	fs.StringArrayVar(&f.labels, "label", nil, "label K=V for the session's container (repeatable)")
@@ -144,7 +144,8 @@ func (f *openFlags) spec(image string, process []string) (runbox.Spec, error) {
 	return spec, spec.Validate()
 }
 
-// parseVolume parses SRC:DST[:ro|rw]. SRC must be absolute and exist.
+// parseVolume parses SRC:DST[:ro|rw]. SRC must be absolute; whether it
+// exists is the library's to check, on the Engine's host.
 func parseVolume(v string) (runbox.Mount, error) {
 	parts := strings.Split(v, ":")
 	if len(parts) < 2 || len(parts) > 3 {
@@ -162,9 +163,6 @@ func parseVolume(v string) (runbox.Mount, error) {
 	}
 	if m.Source == "" || !filepath.IsAbs(m.Source) {
 		return runbox.Mount{}, fmt.Errorf("%w: -v %q: the source must be an absolute host path", runbox.ErrInvalidSpec, v)
-	}
-	if _, err := os.Stat(m.Source); err != nil {
-		return runbox.Mount{}, fmt.Errorf("%w: -v %q: %w", runbox.ErrInvalidSpec, v, err)
 	}
 	if m.Target == "" {
 		return runbox.Mount{}, fmt.Errorf("%w: -v %q: no target", runbox.ErrInvalidSpec, v)

@@ -72,7 +72,7 @@ func TestParseVolume(t *testing.T) {
 	m, err = parseVolume(dir + ":/data")
 	require.NoError(t, err)
 	assert.False(t, m.ReadOnly)
-	for _, bad := range []string{dir, "rel:/x", "/no/such/dir/at/all:/x", dir + ":", dir + ":rel", dir + ":/x:rx", dir + ":/x:ro:extra"} {
+	for _, bad := range []string{dir, "rel:/x", dir + ":", dir + ":rel", dir + ":/x:rx", dir + ":/x:ro:extra"} {
 		_, err := parseVolume(bad)
 		assert.ErrorIs(t, err, runbox.ErrInvalidSpec, bad)
 	}
