@@ -92,6 +92,15 @@ func TestLeaseEndsSessionsOfDeadOwners(t *testing.T) {
 	agentBin := runboxBinary(t)
 	cli := newExecutor(t).Client()
 
+	// Only the directories the killed programs make are this test's to
+	// age: others belong to runs that may still be opening sessions.
+	existing := map[string]bool{}
+	earlier, err := filepath.Glob(filepath.Join(os.TempDir(), "runbox-agent-*"))
+	require.NoError(t, err)
+	for _, d := range earlier {
+		existing[d] = true
+	}
+
 	modes := []string{"open", "run", "idle"}
 	for trial := range 20 {
 		mode := modes[trial%len(modes)]
@@ -129,6 +138,9 @@ func TestLeaseEndsSessionsOfDeadOwners(t *testing.T) {
 	require.NoError(t, err)
 	var left []string
 	for _, d := range dirs {
+		if existing[d] {
+			continue
+		}
 		if b, err := os.ReadFile(filepath.Join(d, "engine")); err == nil && string(b) == cli.DaemonHost() {
 			fi, err := os.Stat(d)
 			if err == nil && fi.ModTime().Before(before) {

@@ -322,6 +322,14 @@ func checkRunning(ctx context.Context, e *docker.Executor, s *docker.Session) er
 	wait := e.Client().ContainerWait(wctx, s.ID(), client.ContainerWaitOptions{Condition: container.WaitConditionNotRunning})
 	select {
 	case res := <-wait.Result:
+		// An Engine whose wait was cut short by our deadline may answer
+		// with -1 and an error instead of an exit; only the container's
+		// state says whether the process really ended.
+		if res.Error != nil || res.StatusCode < 0 {
+			if running, ierr := stillRunning(context.WithoutCancel(ctx), e, s); ierr == nil && running {
+				return nil
+			}
+		}
 		return fmt.Errorf("%w: %w: the lifetime process %q exited with code %d as the session opened; the session was removed", errEndedAtOpen, runbox.ErrSessionEnded, strings.Join(s.Spec().Process, " "), res.StatusCode)
 	case err := <-wait.Error:
 		if wctx.Err() != nil {
@@ -329,6 +337,15 @@ func checkRunning(ctx context.Context, e *docker.Executor, s *docker.Session) er
 		}
 		return err
 	}
+}
+
+// stillRunning reports whether the session's lifetime process runs now.
+func stillRunning(ctx context.Context, e *docker.Executor, s *docker.Session) (bool, error) {
+	res, err := e.Client().ContainerInspect(ctx, s.ID(), client.ContainerInspectOptions{})
+	if err != nil {
+		return false, err
+	}
+	return res.Container.State != nil && res.Container.State.Running, nil
 }
 
 // checkTTY refuses -it when stdin is not a terminal, as docker does,
