@@ -43,9 +43,10 @@ bench:
 fuzz:
 	$(GO) test -run '^$$' -fuzz FuzzReader -fuzztime 60s ./internal/agent/
 
-## build: a static runbox, which can also serve as the in-session agent
+## build: a static runbox, which can also serve as the in-session agent, and beside it the host sandbox's small helper
 build:
 	CGO_ENABLED=0 $(GO) build -ldflags "-X main.version=$$(git describe --tags --always --dirty 2>/dev/null || echo unknown)" -o bin/runbox ./cmd/runbox
+	CGO_ENABLED=0 $(GO) build -o bin/runbox-sandbox ./cmd/runbox-sandbox
 
 clean:
 	rm -rf bin

@@ -119,9 +119,10 @@ func specFile(conf *spawnConf) (*os.File, error) {
 
 // startConfined starts the stage-2 helper for conf with the stdio that
 // build sets up, and waits until the helper reports that the command runs
-// (or, for a probe, what it applied). A setup failure is reaped here and
-// returned; nothing is left running.
-func (e *Executor) startConfined(conf *spawnConf, build func() *exec.Cmd) (*exec.Cmd, *treeSys, []byte, error) {
+// (or, for a probe or a prepared sandbox, what it applied). ctl, when not
+// nil, is a prepared sandbox's control socket. A setup failure is reaped
+// here and returned; nothing is left running.
+func (e *Executor) startConfined(conf *spawnConf, build func() *exec.Cmd, ctl *os.File) (*exec.Cmd, *treeSys, []byte, error) {
 	statusR, statusW, err := os.Pipe()
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("sandbox status pipe: %w", err)
@@ -137,6 +138,12 @@ func (e *Executor) startConfined(conf *spawnConf, build func() *exec.Cmd) (*exec
 		conf.LimitFDs, conf.LimitNames = nil, groups.names
 		for i := range groups.tasks {
 			conf.LimitFDs = append(conf.LimitFDs, helperStatusFD+1+i)
+		}
+	}
+	if ctl != nil {
+		conf.ControlFD = helperStatusFD + 1
+		if groups != nil {
+			conf.ControlFD += len(groups.tasks)
 		}
 	}
 	spec, err := specFile(conf)
@@ -161,6 +168,9 @@ func (e *Executor) startConfined(conf *spawnConf, build func() *exec.Cmd) (*exec
 		c.ExtraFiles = []*os.File{spec, statusW}
 		if groups != nil {
 			c.ExtraFiles = append(c.ExtraFiles, groups.tasks...)
+		}
+		if ctl != nil {
+			c.ExtraFiles = append(c.ExtraFiles, ctl)
 		}
 		return c
 	}
@@ -231,23 +241,28 @@ func (e *Executor) probeConfinement() (runbox.Guarantees, error) {
 	if !runbox.Initialized() && e.cfg.helper == "" {
 		return g, fmt.Errorf("%w: the program must call runbox.Init() first in main (and in TestMain) so that the sandbox helper can run", ErrConfinementUnavailable)
 	}
-	dir, err := canonicalPath("/")
+	// The probe's sandbox is the first prepared one, shaped for a command
+	// in the current directory: it serves the executor's first launch, so
+	// that a program that confines one command builds one sandbox.
+	dir, err := canonicalPath(".")
 	if err != nil {
-		return g, err
+		if dir, err = canonicalPath("/"); err != nil {
+			return g, err
+		}
 	}
-	conf := cp.newSpawnConf(&launchSpec{dir: dir})
-	conf.Probe = true
-	build := func() *exec.Cmd { return &exec.Cmd{WaitDelay: e.cfg.waitDelay} }
-	cmd, ts, payload, err := e.startConfined(conf, build)
+	ps, err := e.prepareSandbox(&launchSpec{dir: dir}, true)
 	if err != nil {
 		return g, fmt.Errorf("%w: %w", ErrConfinementUnavailable, err)
 	}
-	waitErr := cmd.Wait()
-	_ = ts.teardown(cmd.Process)
-	_ = ts.release()
-	if waitErr != nil {
-		return g, fmt.Errorf("%w: sandbox probe: %w", ErrConfinementUnavailable, waitErr)
-	}
+	conf, ts, payload := ps.shape, ps.ts, ps.mech
+	keep, dropped := false, false
+	defer func() {
+		if keep {
+			e.sys.sandboxes.add(ps)
+		} else {
+			ps.discard()
+		}
+	}()
 	var mech []string
 	if err := json.Unmarshal(payload, &mech); err != nil {
 		return g, fmt.Errorf("%w: sandbox probe: %w", ErrConfinementUnavailable, err)
@@ -272,8 +287,10 @@ func (e *Executor) probeConfinement() (runbox.Guarantees, error) {
 		}
 		g.ResourceLimits = !slices.ContainsFunc(plan.mechanisms(), func(m string) bool { return !slices.Contains(mech, m) })
 		if !g.ResourceLimits {
-			// Reported as not enforced; later launches do not pretend.
+			// Reported as not enforced; later launches do not pretend,
+			// and the probe's sandbox, which had them, serves none.
 			e.sys.limits = nil
+			dropped = true
 			if e.sys.pool != nil {
 				e.sys.pool.setup = nil
 			}
@@ -282,6 +299,9 @@ func (e *Executor) probeConfinement() (runbox.Guarantees, error) {
 	}
 	cp.proven = proven
 	g.Mechanisms = mech
+	// A sandbox whose limits were not all applied is not what later
+	// launches get.
+	keep = !dropped
 	return g, nil
 }
 

@@ -500,14 +500,19 @@ func TestConfinedLaunchMatchesProof(t *testing.T) {
 	require.Equal(t, 0, code)
 	require.Equal(t, "proven\n", out)
 
+	// The proof is changed under the executor only while no sandbox is
+	// being prepared in the background.
+	e.sys.sandboxes.waitFilled()
 	proven := e.conf.proven
 	e.conf.proven = append(slices.Clone(proven), "landlock-abi-99")
 	_, _, err := e.RunCommand(testCtx(t), "", "echo weaker")
 	assert.ErrorIs(t, err, runbox.ErrStart)
 	assert.ErrorContains(t, err, "differs from the one proven")
+	e.sys.sandboxes.waitFilled()
 	e.conf.proven = proven[1:]
 	_, _, err = e.RunCommand(testCtx(t), "", "echo stronger")
 	assert.ErrorIs(t, err, runbox.ErrStart, "anything else than the proof is refused")
+	e.sys.sandboxes.waitFilled()
 	e.conf.proven = proven
 	out, code = sh(t, e, "", "echo again")
 	assert.Equal(t, 0, code)

@@ -63,6 +63,33 @@ type config struct {
 	noCgroup   bool
 	policy     *Policy
 	helper     string // the stage-2 helper program; "" re-executes this binary
+	prepared   int    // sandboxes kept ready (Linux)
+}
+
+// DefaultPreparedSandboxes is how many prepared sandboxes a confined
+// executor keeps ready unless [WithPreparedSandboxes] says otherwise.
+const DefaultPreparedSandboxes = 1
+
+// WithPreparedSandboxes sets how many sandboxes a confined executor keeps
+// ready for its next commands (Linux). A prepared sandbox is built in the
+// background, before its command is known (namespaces, root, /proc, /dev,
+// cgroup, and the restrictions on the thread that will start the command),
+// and then runs exactly one command, so a launch pays only for sending
+// the command. It is an idle process per sandbox; nothing in it is shared
+// between commands. The sandbox New builds to probe the host always serves
+// the first command; n is how many are kept ready after that, and 0 builds
+// each later sandbox when its command starts. A sandbox is shaped for a
+// working directory and program (what the sandbox binds in and Landlock
+// allows), so a launch elsewhere gets a cold one and the next ones follow
+// it.
+func WithPreparedSandboxes(n int) Option {
+	return func(c *config) error {
+		if n < 0 {
+			return fmt.Errorf("%w: prepared sandboxes must not be negative, got %d", runbox.ErrInvalidCommand, n)
+		}
+		c.prepared = n
+		return nil
+	}
 }
 
 // WithHelper runs the Linux sandbox's stage-2 helper from the program at
@@ -142,7 +169,7 @@ var _ runbox.Process = (*Executor)(nil)
 // hierarchy; when none is found, processes still run, with best-effort
 // containment.
 func New(opts ...Option) (*Executor, error) {
-	e := &Executor{cfg: config{grace: runbox.DefaultTerminateGrace, waitDelay: DefaultWaitDelay}}
+	e := &Executor{cfg: config{grace: runbox.DefaultTerminateGrace, waitDelay: DefaultWaitDelay, prepared: DefaultPreparedSandboxes}}
 	for _, o := range opts {
 		if err := o(&e.cfg); err != nil {
 			return nil, err

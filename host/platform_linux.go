@@ -44,9 +44,15 @@ type execSys struct {
 	// limits enforces the policy's Resources; nil: none asked for, or none
 	// enforceable here.
 	limits *limitPlan
+	// sandboxes holds the prepared sandboxes of a confined executor.
+	sandboxes *sandboxPool
 }
 
 func (e *Executor) initSys() {
+	if e.cfg.policy != nil && !e.cfg.policy.Unconfined {
+		e.sys.sandboxes = newSandboxPool(e.cfg.prepared)
+		runtime.AddCleanup(e, func(p *sandboxPool) { p.close() }, e.sys.sandboxes)
+	}
 	if e.cfg.noCgroup {
 		return
 	}
@@ -72,7 +78,19 @@ func (e *Executor) initLimits(res runbox.Resources) {
 // because that is what enforces the limits.
 func (e *Executor) limitedV2() bool { return e.sys.limits != nil && e.sys.limits.v2 }
 
+// refillSandboxes prepares the next sandboxes in the background, shaped
+// like spec.
+func (e *Executor) refillSandboxes(spec *launchSpec) {
+	shape := &launchSpec{dir: spec.dir, path: spec.path}
+	e.sys.sandboxes.refill(shape, func(s *launchSpec) (*preparedSandbox, error) {
+		return e.prepareSandbox(s, false)
+	})
+}
+
 func (e *Executor) closeSys() error {
+	if e.sys.sandboxes != nil {
+		e.sys.sandboxes.close()
+	}
 	if e.sys.pool == nil {
 		return nil
 	}
@@ -84,7 +102,19 @@ func (e *Executor) closeSys() error {
 // launch starts the stage-2 helper instead (see confine_linux.go).
 func (e *Executor) startTree(spec *launchSpec, build func() *exec.Cmd, tty bool) (*exec.Cmd, *treeSys, error) {
 	if spec.conf != nil {
-		cmd, ts, _, err := e.startConfined(spec.conf, build)
+		if !tty {
+			if ps := e.sys.sandboxes.take(spec.conf); ps != nil {
+				cmd, ts, retry, err := ps.start(spec.conf, build)
+				e.refillSandboxes(spec)
+				if !retry {
+					return cmd, ts, err
+				}
+			}
+		}
+		cmd, ts, _, err := e.startConfined(spec.conf, build, nil)
+		if !tty {
+			e.refillSandboxes(spec)
+		}
 		return cmd, ts, err
 	}
 	return e.startPlaced(build, func(cgroupFD int) *syscall.SysProcAttr { return linuxProcAttr(tty, cgroupFD) })

@@ -391,6 +391,11 @@ type spawnConf struct {
 	// Probe makes the helper set everything up and report what it
 	// applied instead of running a command.
 	Probe bool `json:"probe"`
+	// Prepared makes the helper build the sandbox, report what it applied
+	// (as a probe does) and then wait on ControlFD for the one command it
+	// will run (see prepared_linux.go); a closed ControlFD ends it unused.
+	Prepared  bool `json:"prepared,omitempty"`
+	ControlFD int  `json:"controlFD,omitempty"`
 	// Expect, when not nil, is exactly what the helper must apply (as it
 	// reported at the probe); it refuses to run the command otherwise.
 	Expect []string `json:"expect,omitempty"`

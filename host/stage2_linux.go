@@ -65,17 +65,22 @@ func stage2Main() int {
 	for _, fd := range conf.LimitFDs {
 		unix.CloseOnExec(fd)
 	}
+	keep := append([]int{helperStatusFD}, conf.LimitFDs...)
+	if conf.Prepared {
+		unix.CloseOnExec(conf.ControlFD)
+		keep = append(keep, conf.ControlFD)
+	}
 	// Whatever else came through exec belongs to the calling program (or its
 	// parent): a file, directory, socket or pipe outside the policy. The
 	// helper holds none of it, and, not dumpable, cannot be reached through
 	// /proc/1/fd by the command either.
-	if err := dropInherited(append([]int{helperStatusFD}, conf.LimitFDs...)...); err != nil {
+	if err := dropInherited(keep...); err != nil {
 		return fail(fmt.Errorf("close inherited descriptors: %w", err))
 	}
 	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
 		return fail(fmt.Errorf("not dumpable: %w", err))
 	}
-	if !conf.Probe && conf.Path == "" {
+	if !conf.Probe && !conf.Prepared && conf.Path == "" {
 		return fail(errHelperNoCommand)
 	}
 	mech := []string{"user-ns", "mount-ns", "pid-ns", "ipc-ns"}
@@ -95,55 +100,17 @@ func stage2Main() int {
 
 	// The restrictions go on one locked thread, which is never unlocked:
 	// when its goroutine ends, the runtime retires the thread with them.
-	type started struct {
-		proc *os.Process
-		mech []string
-		err  error
-	}
 	ch := make(chan started, 1)
-	base := slices.Clone(mech)
-	go func() {
-		runtime.LockOSThread()
-		m, err := joinLimits(&conf)
-		if err == nil {
-			var r []string
-			r, err = restrictThread(&conf)
-			m = append(m, r...)
-		}
-		if err == nil && conf.Expect != nil {
-			// What the executor reports was proven by its probe; a launch
-			// that would apply anything else is refused, never run weaker.
-			if got := append(slices.Clone(base), m...); !sameSet(got, conf.Expect) {
-				err = fmt.Errorf("%w: applied %v, proven %v", errMechanismsDiffer, got, conf.Expect)
-			}
-		}
-		if err == nil {
-			// Last thing before exec: nothing above stderr survives it, not
-			// even a descriptor opened since the start.
-			if err = CloseInheritedOnExec(); err != nil {
-				err = fmt.Errorf("close-on-exec: %w", err)
-			}
-		}
-		if err != nil || conf.Probe {
-			ch <- started{mech: m, err: err}
-			return
-		}
-		p, err := os.StartProcess(conf.Path, conf.Args, &os.ProcAttr{
-			Dir:   conf.Dir,
-			Env:   conf.Env,
-			Files: []*os.File{os.Stdin, os.Stdout, os.Stderr},
-			// A session of its own: the terminal (if any) becomes its
-			// controlling terminal, and signals reach it as a group.
-			Sys: &syscall.SysProcAttr{Setsid: true, Setctty: conf.TTY, Ctty: 0},
-		})
-		ch <- started{proc: p, mech: m, err: err}
-	}()
+	go commandThread(&conf, slices.Clone(mech), status, ch)
 	st := <-ch
-	if st.err != nil {
+	switch {
+	case errors.Is(st.err, errNoCommand):
+		return 0 // a prepared sandbox that was never used
+	case st.err != nil:
 		return fail(st.err)
 	}
 	mech = append(mech, st.mech...)
-	if conf.Probe {
+	if conf.Probe && !conf.Prepared {
 		b, _ := json.Marshal(mech)
 		_ = writeStatus(status, statusProbe, b)
 		return 0
@@ -181,6 +148,73 @@ func stage2Main() int {
 			return code
 		}
 	}
+}
+
+// started is what the command thread hands back to the helper's main
+// goroutine: the command it started (none for a probe), what it applied,
+// or why it failed.
+type started struct {
+	proc *os.Process
+	mech []string
+	err  error
+}
+
+// commandThread runs on its own locked OS thread, which takes the
+// restrictions (and the cgroup v1 limit groups) that only the command may
+// inherit, and starts the command from it. base is what the helper applied
+// to the whole sandbox so far. A prepared sandbox reports on status what
+// it applied, then waits for its command (prepared_linux.go): since the
+// restrictions do not depend on the command, they are in place before
+// anything of it arrives.
+func commandThread(conf *spawnConf, base []string, status *os.File, ch chan<- started) {
+	runtime.LockOSThread()
+	m, err := joinLimits(conf)
+	if err == nil {
+		var r []string
+		r, err = restrictThread(conf)
+		m = append(m, r...)
+	}
+	stdio := []*os.File{os.Stdin, os.Stdout, os.Stderr}
+	if err == nil && conf.Prepared {
+		b, _ := json.Marshal(append(slices.Clone(base), m...))
+		if err = writeStatus(status, statusProbe, b); err == nil {
+			stdio, err = awaitCommand(conf)
+		}
+	}
+	if err == nil && conf.Expect != nil {
+		// What the executor reports was proven by its probe; a launch
+		// that would apply anything else is refused, never run weaker.
+		if got := append(slices.Clone(base), m...); !sameSet(got, conf.Expect) {
+			err = fmt.Errorf("%w: applied %v, proven %v", errMechanismsDiffer, got, conf.Expect)
+		}
+	}
+	if err == nil {
+		// Last thing before exec: nothing above stderr survives it, not
+		// even a descriptor opened since the start.
+		if err = CloseInheritedOnExec(); err != nil {
+			err = fmt.Errorf("close-on-exec: %w", err)
+		}
+	}
+	if err != nil || (conf.Probe && !conf.Prepared) {
+		ch <- started{mech: m, err: err}
+		return
+	}
+	p, err := os.StartProcess(conf.Path, conf.Args, &os.ProcAttr{
+		Dir:   conf.Dir,
+		Env:   conf.Env,
+		Files: stdio,
+		// A session of its own: the terminal (if any) becomes its
+		// controlling terminal, and signals reach it as a group.
+		Sys: &syscall.SysProcAttr{Setsid: true, Setctty: conf.TTY, Ctty: 0},
+	})
+	if conf.Prepared {
+		// The command has its copies; the helper keeps none, so that the
+		// caller's pipes end with the command's tree.
+		for _, f := range stdio {
+			f.Close()
+		}
+	}
+	ch <- started{proc: p, mech: m, err: err}
 }
 
 // errMechanismsDiffer refuses a launch whose sandbox differs from the one

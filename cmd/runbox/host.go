@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -125,7 +127,12 @@ are only ever added. stdout stays the command's own.`,
 			for _, tc := range caches {
 				p.WritableRoots = append(p.WritableRoots, tc.Writable...)
 			}
-			opts = append(opts, host.WithPolicy(p))
+			// One command: the sandbox New builds to probe the host runs
+			// it, and none is prepared after it.
+			opts = append(opts, host.WithPolicy(p), host.WithPreparedSandboxes(0))
+			if h := sandboxHelper(); h != "" {
+				opts = append(opts, host.WithHelper(h))
+			}
 		} else if len(hf.write) > 0 || hf.network || hf.limited() {
 			return fmt.Errorf("%w: --write, --network, --memory, --pids and --cpus shape the sandbox; --unconfined has none", runbox.ErrInvalidCommand)
 		}
@@ -384,4 +391,22 @@ func runHostTTY(ctx context.Context, e *host.Executor, c runbox.Command) (runbox
 	}
 	<-copied
 	return res, nil
+}
+
+// sandboxHelper returns the small stage-2 helper installed beside this
+// program (make build puts bin/runbox-sandbox next to bin/runbox), which
+// starts faster than this program re-executed; "" re-executes this one.
+func sandboxHelper() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	h := filepath.Join(filepath.Dir(exe), "runbox-sandbox")
+	if runtime.GOOS == "windows" {
+		return ""
+	}
+	if fi, err := os.Stat(h); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+		return h
+	}
+	return ""
 }
