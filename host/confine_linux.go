@@ -292,7 +292,7 @@ func (e *Executor) probeConfinement() (runbox.Guarantees, error) {
 			e.sys.limits = nil
 			dropped = true
 			if e.sys.pool != nil {
-				e.sys.pool.setup = nil
+				e.sys.pool.Setup = nil
 			}
 			proven = slices.DeleteFunc(proven, func(m string) bool { return strings.HasPrefix(m, "cgroup-v1-") })
 		}

@@ -159,10 +159,6 @@ type Executor struct {
 	closed atomic.Bool // a confined executor refuses spawns after Close
 }
 
-// cgroupSeq numbers per-process cgroups across all executors of this
-// program, so that their names never collide.
-var cgroupSeq atomic.Uint64
-
 var _ runbox.Process = (*Executor)(nil)
 
 // New returns an Executor. On Linux it probes once for a writable cgroup v2

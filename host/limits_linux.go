@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/cgroup"
 )
 
 // Resource limits are cgroup limits, in one of two places:
@@ -68,7 +69,7 @@ func (e *Executor) planLimits(res runbox.Resources) *limitPlan {
 	if len(need) == 0 {
 		return nil
 	}
-	if pool := e.sys.pool; pool != nil && !e.sys.broken.Load() && delegated(pool.root, need) {
+	if pool := e.sys.pool; pool != nil && !e.sys.broken.Load() && delegated(pool.Root(), need) {
 		return &limitPlan{res: res, v2: true}
 	}
 	self, err := os.ReadFile(procSelfCgroup)
@@ -81,11 +82,11 @@ func (e *Executor) planLimits(res runbox.Resources) *limitPlan {
 	}
 	plan := &limitPlan{res: res, v1: map[string]string{}}
 	for _, c := range need {
-		dir := cgroupV1Dir(string(self), string(mountinfo), c)
+		dir := cgroup.V1Dir(string(self), string(mountinfo), c)
 		if dir == "" || unix.Access(dir, unix.W_OK) != nil {
 			return nil
 		}
-		sweepStaleCgroups(dir)
+		cgroup.SweepStale(dir)
 		plan.v1[c] = dir
 	}
 	return plan
@@ -202,7 +203,7 @@ type limitGroups struct {
 // newGroups creates the launch's v1 groups with their limits.
 func (l *limitPlan) newGroups() (*limitGroups, error) {
 	g := &limitGroups{}
-	name := fmt.Sprintf("runbox-host-%d-%d", os.Getpid(), cgroupSeq.Add(1))
+	name := cgroup.Name()
 	for _, c := range limitControllers(l.res) {
 		dir := filepath.Join(l.v1[c], name)
 		if err := unix.Mkdir(dir, 0o755); err != nil {

@@ -120,7 +120,7 @@ func limitDir(t *testing.T, p *Process, file string) string {
 	if ts.groups != nil {
 		dirs = ts.groups.dirs
 	} else if ts.cg != nil {
-		dirs = []string{ts.cg.dir}
+		dirs = []string{ts.cg.Dir()}
 	}
 	for _, d := range dirs {
 		if _, err := os.Stat(filepath.Join(d, file)); err == nil {

@@ -12,13 +12,14 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/cgroup"
 )
 
 // treeSys is the Linux handle on a process tree: its process group, and its
 // cgroup when one could be used.
 type treeSys struct {
-	cg   *cgroup // nil: process-group containment only
-	pool *cgroupPool
+	cg   *cgroup.Group // nil: process-group containment only
+	pool *cgroup.Pool
 	// breached is set when the cgroup could not be emptied, so that
 	// containment is no longer reported as enforced.
 	breached atomic.Bool
@@ -37,7 +38,7 @@ type treeSys struct {
 
 // execSys is the executor's Linux state.
 type execSys struct {
-	pool *cgroupPool // nil: no usable cgroup v2 hierarchy
+	pool *cgroup.Pool // nil: no usable cgroup v2 hierarchy
 	// broken is set when the kernel refused to spawn into a cgroup although
 	// the probe succeeded, so later spawns skip the attempt.
 	broken atomic.Bool
@@ -56,10 +57,10 @@ func (e *Executor) initSys() {
 	if e.cfg.noCgroup {
 		return
 	}
-	if root := probeCgroupRoot(); root != "" {
-		e.sys.pool = &cgroupPool{root: root}
+	if root := cgroup.ProbeRoot(); root != "" {
+		e.sys.pool = cgroup.NewPool(root)
 		// The cleanup must not reference e, or e would never be collected.
-		runtime.AddCleanup(e, func(p *cgroupPool) { _ = p.close() }, e.sys.pool)
+		runtime.AddCleanup(e, func(p *cgroup.Pool) { _ = p.Close() }, e.sys.pool)
 	}
 }
 
@@ -70,7 +71,7 @@ func (e *Executor) initLimits(res runbox.Resources) {
 	e.sys.limits = plan
 	if plan != nil && plan.v2 {
 		files := plan.v2Files()
-		e.sys.pool.setup = func(dir string) error { return writeLimits(dir, files) }
+		e.sys.pool.Setup = func(dir string) error { return writeLimits(dir, files) }
 	}
 }
 
@@ -94,7 +95,7 @@ func (e *Executor) closeSys() error {
 	if e.sys.pool == nil {
 		return nil
 	}
-	return e.sys.pool.close()
+	return e.sys.pool.Close()
 }
 
 // startTree starts the process in a new session with Pdeathsig, inside its
@@ -126,19 +127,19 @@ func (e *Executor) startTree(spec *launchSpec, build func() *exec.Cmd, tty bool)
 // best-effort containment (unless a PID namespace contains it).
 func (e *Executor) startPlaced(build func() *exec.Cmd, attr func(cgroupFD int) *syscall.SysProcAttr) (*exec.Cmd, *treeSys, error) {
 	if pool := e.sys.pool; pool != nil && !e.sys.broken.Load() {
-		cg, err := pool.get()
+		cg, err := pool.Get()
 		if err == nil {
 			cmd := build()
-			cmd.SysProcAttr = attr(cg.fd)
+			cmd.SysProcAttr = attr(cg.FD())
 			ts := &treeSys{cg: cg, pool: pool}
 			if e.limitedV2() {
-				ts.before = limitCounters(cg.dir)
+				ts.before = limitCounters(cg.Dir())
 			}
 			firstErr := startLocked(cmd)
 			if firstErr == nil {
 				return cmd, ts, nil
 			}
-			_ = cg.remove()
+			_ = cg.Remove()
 			if e.limitedV2() {
 				// Without its cgroup the tree would run unlimited.
 				return nil, nil, fmt.Errorf("limited cgroup: %w", firstErr)
@@ -217,9 +218,9 @@ func (s *treeSys) signal(p *os.Process, sig runbox.ProcessSignal) error {
 	if s.cg != nil {
 		switch sig {
 		case runbox.ProcessSignalKill:
-			cgErr = s.cg.kill()
+			cgErr = s.cg.Kill()
 		case runbox.ProcessSignalTerminate:
-			cgErr = s.cg.signalAll(n)
+			cgErr = s.cg.SignalAll(n)
 		}
 	}
 	return errors.Join(cgErr, killGroup(p.Pid, n))
@@ -235,10 +236,10 @@ func (s *treeSys) teardown(p *os.Process) error {
 	if s.cg == nil {
 		return groupErr
 	}
-	if pop, err := s.cg.populated(); err == nil && !pop {
+	if pop, err := s.cg.Populated(); err == nil && !pop {
 		return groupErr // the common case: nothing was left behind
 	}
-	if err := s.cg.drain(); err != nil {
+	if err := s.cg.Drain(cleanupTimeout); err != nil {
 		s.breached.Store(true)
 		return err
 	}
@@ -261,10 +262,10 @@ func (s *treeSys) release() error {
 	case s.cg == nil:
 		return nil
 	case s.breached.Load():
-		s.cg.closeFDs()
+		s.cg.CloseFDs()
 		return nil
 	}
-	return s.pool.put(s.cg)
+	return s.pool.Put(s.cg)
 }
 
 func (s *treeSys) containment() runbox.LifetimeContainment {
@@ -322,7 +323,7 @@ func (s *treeSys) recordHits() {
 		}
 		s.hits = hitSince(nil, total)
 	case s.before != nil && s.cg != nil:
-		s.hits = hitSince(s.before, limitCounters(s.cg.dir))
+		s.hits = hitSince(s.before, limitCounters(s.cg.Dir()))
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/cgroup"
 )
 
 // treeScript starts three descendants that try to outlive the leader: a
@@ -111,7 +112,7 @@ func cgroupRoot(e *Executor) string {
 	if e.sys.pool == nil {
 		return ""
 	}
-	return e.sys.pool.root
+	return e.sys.pool.Root()
 }
 
 // ownCgroups lists the per-process cgroups this test program has now.
@@ -387,7 +388,7 @@ func TestChildDiesWithParent(t *testing.T) {
 	pid, _ := strconv.Atoi(strings.Fields(line)[0])
 	cgPath, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
 	mountinfo, _ := os.ReadFile("/proc/self/mountinfo")
-	leftover := cgroupDir(string(cgPath), string(mountinfo))
+	leftover := cgroup.Dir(string(cgPath), string(mountinfo))
 
 	helper.Process.Kill()
 	helper.Wait()

@@ -1,4 +1,4 @@
-package host
+package cgroup
 
 import (
 	"bufio"
@@ -18,10 +18,36 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// cgroup is a per-process cgroup v2 directory. Killing it with cgroup.kill
+// namePrefix starts the name of every cgroup this package creates, so that
+// SweepStale recognises them; the next part is the creating process's pid.
+const namePrefix = "runbox-host-"
+
+// seq numbers cgroups across the whole program.
+var seq atomic.Uint64
+
+// Name returns a cgroup name unique in this program and across live
+// processes: the prefix, this process's pid and a sequence number.
+func Name() string {
+	return fmt.Sprintf("%s%d-%d", namePrefix, os.Getpid(), seq.Add(1))
+}
+
+// Dir returns the cgroup's directory.
+func (c *Group) Dir() string { return c.dir }
+
+// FD returns the open cgroup directory, which clone3 takes to start a
+// child inside the cgroup.
+func (c *Group) FD() int { return c.fd }
+
+// NewPool returns a Pool of cgroups under root (see ProbeRoot).
+func NewPool(root string) *Pool { return &Pool{root: root} }
+
+// Root returns the directory the pool's cgroups are created in.
+func (p *Pool) Root() string { return p.root }
+
+// Group is a per-process cgroup v2 directory. Killing it with cgroup.kill
 // reaches every process in it, whatever sessions or groups they created,
 // and the kernel reports when it is empty.
-type cgroup struct {
+type Group struct {
 	dir    string
 	fd     int // directory: clone3's target, and fstat to count child cgroups
 	events int // cgroup.events, read with pread
@@ -32,23 +58,26 @@ type cgroup struct {
 	killed atomic.Bool
 }
 
-// maxIdleCgroups bounds the emptied cgroups an executor keeps for reuse.
+// maxIdleCgroups bounds the emptied cgroups a Pool keeps for reuse.
 const maxIdleCgroups = 4
 
-// cgroupPool hands out per-process cgroups and keeps emptied ones for the
+// Pool hands out per-process cgroups and keeps emptied ones for the
 // next process: the first process placed in a fresh cgroup costs the kernel
 // noticeably more than one placed in a cgroup that was used before (about
 // an eighth of spawning `true`, measured), on top of the mkdir and rmdir.
-type cgroupPool struct {
+type Pool struct {
 	root string
-	// setup prepares a fresh cgroup (writes its limits); nil for none.
-	setup  func(dir string) error
+	// Setup prepares a fresh cgroup (writes its limits); nil for none.
+	// Set it before the first Get.
+	Setup  func(dir string) error
 	mu     sync.Mutex
-	idle   []*cgroup
+	idle   []*Group
 	closed bool
 }
 
-func (p *cgroupPool) get() (*cgroup, error) {
+// Get returns an empty cgroup: an idle one, or a fresh one set up by
+// Setup.
+func (p *Pool) Get() (*Group, error) {
 	p.mu.Lock()
 	if n := len(p.idle); n > 0 {
 		c := p.idle[n-1]
@@ -57,21 +86,21 @@ func (p *cgroupPool) get() (*cgroup, error) {
 		return c, nil
 	}
 	p.mu.Unlock()
-	c, err := createCgroup(p.root, cgroupSeq.Add(1))
-	if err == nil && p.setup != nil {
-		if err = p.setup(c.dir); err != nil {
-			_ = c.remove()
+	c, err := Create(p.root)
+	if err == nil && p.Setup != nil {
+		if err = p.Setup(c.dir); err != nil {
+			_ = c.Remove()
 			return nil, err
 		}
 	}
 	return c, err
 }
 
-// put takes back a cgroup whose processes are all gone. It is kept only if
+// Put takes back a cgroup whose processes are all gone. It is kept only if
 // nothing was left in it (a child cgroup the process created, say);
 // otherwise it is removed, and a failure to remove it is returned.
-func (p *cgroupPool) put(c *cgroup) error {
-	if c.reusable() {
+func (p *Pool) Put(c *Group) error {
+	if c.Reusable() {
 		p.mu.Lock()
 		if !p.closed && len(p.idle) < maxIdleCgroups {
 			p.idle = append(p.idle, c)
@@ -80,27 +109,27 @@ func (p *cgroupPool) put(c *cgroup) error {
 		}
 		p.mu.Unlock()
 	}
-	return c.remove()
+	return c.Remove()
 }
 
-// close removes the idle cgroups; cgroups of running processes are removed
+// Close removes the idle cgroups; cgroups of running processes are removed
 // when those end.
-func (p *cgroupPool) close() error {
+func (p *Pool) Close() error {
 	p.mu.Lock()
 	idle := p.idle
 	p.idle, p.closed = nil, true
 	p.mu.Unlock()
 	var errs []error
 	for _, c := range idle {
-		errs = append(errs, c.remove())
+		errs = append(errs, c.Remove())
 	}
 	return errors.Join(errs...)
 }
 
-// probeCgroupRoot finds the caller's own cgroup in a cgroup v2 hierarchy
+// ProbeRoot finds the caller's own cgroup in a cgroup v2 hierarchy
 // and checks that a child cgroup with cgroup.kill (Linux 5.14+) can be
 // created there. It returns "" when that is not possible.
-func probeCgroupRoot() string {
+func ProbeRoot() string {
 	self, err := os.ReadFile("/proc/self/cgroup")
 	if err != nil {
 		return ""
@@ -109,11 +138,11 @@ func probeCgroupRoot() string {
 	if err != nil {
 		return ""
 	}
-	root := cgroupDir(string(self), string(mountinfo))
+	root := Dir(string(self), string(mountinfo))
 	if root == "" {
 		return ""
 	}
-	probe := filepath.Join(root, fmt.Sprintf("runbox-host-probe-%d-%d", os.Getpid(), time.Now().UnixNano()))
+	probe := filepath.Join(root, fmt.Sprintf("%sprobe-%d-%d", namePrefix, os.Getpid(), time.Now().UnixNano()))
 	if err := os.Mkdir(probe, 0o755); err != nil {
 		return ""
 	}
@@ -121,22 +150,22 @@ func probeCgroupRoot() string {
 	if _, err := os.Stat(filepath.Join(probe, "cgroup.kill")); err != nil {
 		return ""
 	}
-	sweepStaleCgroups(root)
+	SweepStale(root)
 	return root
 }
 
-// sweepStaleCgroups removes per-process cgroups left by an executor whose
+// SweepStale removes per-process cgroups left by an executor whose
 // process died before it could remove them (killed outright, for
 // example). Only cgroups named after a pid that no longer exists are
 // touched, and rmdir itself refuses a cgroup that still has members.
-func sweepStaleCgroups(root string) {
+func SweepStale(root string) {
 	entries, err := os.ReadDir(root)
 	if err != nil {
 		return
 	}
 	self := os.Getpid()
 	for _, ent := range entries {
-		rest, ok := strings.CutPrefix(ent.Name(), "runbox-host-")
+		rest, ok := strings.CutPrefix(ent.Name(), namePrefix)
 		if !ok || !ent.IsDir() {
 			continue
 		}
@@ -152,12 +181,12 @@ func sweepStaleCgroups(root string) {
 	}
 }
 
-// cgroupDir maps the unified-hierarchy entry of /proc/self/cgroup ("0::"
+// Dir maps the unified-hierarchy entry of /proc/self/cgroup ("0::"
 // path) to a directory through a cgroup2 mount in mountinfo. It handles
 // hybrid hosts, where cgroup2 is mounted beside v1 controllers (for example
 // at /sys/fs/cgroup/unified), and mounts whose root is not the hierarchy's
 // root.
-func cgroupDir(self, mountinfo string) string {
+func Dir(self, mountinfo string) string {
 	for _, line := range strings.Split(self, "\n") {
 		if p, ok := strings.CutPrefix(line, "0::"); ok {
 			return hierarchyDir(p, mountinfo, func(fstype, _ string) bool { return fstype == "cgroup2" })
@@ -166,9 +195,9 @@ func cgroupDir(self, mountinfo string) string {
 	return ""
 }
 
-// cgroupV1Dir is cgroupDir for the cgroup v1 hierarchy that holds
+// V1Dir is Dir for the cgroup v1 hierarchy that holds
 // controller (a hybrid or legacy host), "" when there is none.
-func cgroupV1Dir(self, mountinfo, controller string) string {
+func V1Dir(self, mountinfo, controller string) string {
 	for _, line := range strings.Split(self, "\n") {
 		f := strings.SplitN(line, ":", 3)
 		if len(f) == 3 && f[0] != "0" && slices.Contains(strings.Split(f[1], ","), controller) {
@@ -240,11 +269,12 @@ func unescapeMount(s string) string {
 	return b.String()
 }
 
-// createCgroup makes a fresh child of root and opens it.
-func createCgroup(root string, seq uint64) (*cgroup, error) {
+// Create makes a fresh child of root and opens it.
+func Create(root string) (*Group, error) {
+	base := Name()
 	var dir string
 	for attempt := 0; ; attempt++ {
-		dir = filepath.Join(root, fmt.Sprintf("runbox-host-%d-%d-%d", os.Getpid(), seq, attempt))
+		dir = filepath.Join(root, fmt.Sprintf("%s-%d", base, attempt))
 		err := unix.Mkdir(dir, 0o755)
 		if err == nil {
 			break
@@ -254,20 +284,20 @@ func createCgroup(root string, seq uint64) (*cgroup, error) {
 			return nil, err
 		}
 	}
-	c := &cgroup{dir: dir, fd: -1, events: -1}
+	c := &Group{dir: dir, fd: -1, events: -1}
 	var err error
 	if c.fd, err = unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0); err == nil {
 		c.events, err = unix.Open(filepath.Join(dir, "cgroup.events"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	}
 	if err != nil {
-		c.remove()
+		c.Remove()
 		return nil, err
 	}
 	return c, nil
 }
 
-// closeFDs releases the descriptors; the directory stays.
-func (c *cgroup) closeFDs() {
+// CloseFDs releases the descriptors; the directory stays.
+func (c *Group) CloseFDs() {
 	for _, fd := range []*int{&c.fd, &c.events} {
 		if *fd >= 0 {
 			unix.Close(*fd)
@@ -276,10 +306,10 @@ func (c *cgroup) closeFDs() {
 	}
 }
 
-// reusable reports whether the cgroup holds nothing: no process and no
+// Reusable reports whether the cgroup holds nothing: no process and no
 // child cgroup. A kernfs directory's link count is 2 plus its
 // subdirectories.
-func (c *cgroup) reusable() bool {
+func (c *Group) Reusable() bool {
 	if c.fd < 0 || c.events < 0 || c.killed.Load() {
 		return false
 	}
@@ -287,17 +317,17 @@ func (c *cgroup) reusable() bool {
 	if unix.Fstat(c.fd, &st) != nil || st.Nlink != 2 {
 		return false
 	}
-	pop, err := c.populated()
+	pop, err := c.Populated()
 	return err == nil && !pop
 }
 
-// populated reads cgroup.events. A zombie does not count: the kernel
+// Populated reads cgroup.events. A zombie does not count: the kernel
 // removes a task from its cgroup when it exits, before it is reaped.
-func (c *cgroup) populated() (bool, error) {
+func (c *Group) Populated() (bool, error) {
 	var buf [256]byte
 	n, err := unix.Pread(c.events, buf[:], 0)
 	if err != nil {
-		return false, fmt.Errorf("host: read %s/cgroup.events: %w", c.dir, err)
+		return false, fmt.Errorf("read %s/cgroup.events: %w", c.dir, err)
 	}
 	for _, line := range bytes.Split(buf[:n], []byte("\n")) {
 		if v, ok := bytes.CutPrefix(line, []byte("populated ")); ok {
@@ -307,23 +337,23 @@ func (c *cgroup) populated() (bool, error) {
 	return false, fmt.Errorf("no populated field in %s/cgroup.events", c.dir)
 }
 
-// kill sends SIGKILL to every process in the cgroup and its descendants,
+// Kill sends SIGKILL to every process in the cgroup and its descendants,
 // atomically with respect to forks.
-func (c *cgroup) kill() error {
+func (c *Group) Kill() error {
 	c.killed.Store(true)
 	if err := os.WriteFile(filepath.Join(c.dir, "cgroup.kill"), []byte("1"), 0); err != nil {
-		return fmt.Errorf("host: cgroup.kill: %w", err)
+		return fmt.Errorf("cgroup.kill: %w", err)
 	}
 	return nil
 }
 
-// signalAll sends sig to each current member. Unlike cgroup.kill it races
+// SignalAll sends sig to each current member. Unlike cgroup.kill it races
 // with forks, which is acceptable for a polite signal that Terminate
 // follows with a kill.
-func (c *cgroup) signalAll(sig syscall.Signal) error {
+func (c *Group) SignalAll(sig syscall.Signal) error {
 	b, err := os.ReadFile(filepath.Join(c.dir, "cgroup.procs"))
 	if err != nil {
-		return fmt.Errorf("host: cgroup.procs: %w", err)
+		return fmt.Errorf("cgroup.procs: %w", err)
 	}
 	for _, f := range strings.Fields(string(b)) {
 		if pid, err := strconv.Atoi(f); err == nil {
@@ -333,21 +363,22 @@ func (c *cgroup) signalAll(sig syscall.Signal) error {
 	return nil
 }
 
-// drain kills whatever is still in the cgroup and waits until it is empty.
-func (c *cgroup) drain() error {
-	pop, err := c.populated()
+// Drain kills whatever is still in the cgroup and waits, up to timeout,
+// until it is empty.
+func (c *Group) Drain(timeout time.Duration) error {
+	pop, err := c.Populated()
 	if err != nil {
 		return err
 	}
 	if !pop {
 		return nil
 	}
-	if err := c.kill(); err != nil {
+	if err := c.Kill(); err != nil {
 		return err
 	}
-	deadline := time.Now().Add(cleanupTimeout)
+	deadline := time.Now().Add(timeout)
 	for delay := 50 * time.Microsecond; ; delay = min(2*delay, 10*time.Millisecond) {
-		pop, err := c.populated()
+		pop, err := c.Populated()
 		if err != nil {
 			return err
 		}
@@ -355,18 +386,18 @@ func (c *cgroup) drain() error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("host: cgroup %s still populated %v after cgroup.kill", c.dir, cleanupTimeout)
+			return fmt.Errorf("cgroup %s still populated %v after cgroup.kill", c.dir, timeout)
 		}
 		time.Sleep(delay)
 	}
 }
 
-// remove deletes the (empty) cgroup. EBUSY right after the last exit can be
+// Remove deletes the (empty) cgroup. EBUSY right after the last exit can be
 // transient, so it is retried briefly; a cgroup that stays busy (a process
 // or a child cgroup appeared in it) is a cleanup failure and is left in
 // place.
-func (c *cgroup) remove() error {
-	c.closeFDs()
+func (c *Group) Remove() error {
+	c.CloseFDs()
 	var err error
 	for attempt := 0; attempt < 5; attempt++ {
 		if err = unix.Rmdir(c.dir); err == nil || errors.Is(err, unix.ENOENT) {
@@ -377,5 +408,5 @@ func (c *cgroup) remove() error {
 		}
 		time.Sleep(time.Duration(attempt+1) * time.Millisecond)
 	}
-	return fmt.Errorf("host: remove cgroup %s: %w", c.dir, err)
+	return fmt.Errorf("remove cgroup %s: %w", c.dir, err)
 }

@@ -1,4 +1,4 @@
-package host
+package cgroup
 
 import (
 	"os"
@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-func TestCgroupDir(t *testing.T) {
+func TestDir(t *testing.T) {
 	mnt := t.TempDir()
 	for _, d := range []string{"unified/user.slice/app", "nested/app"} {
 		require.NoError(t, os.MkdirAll(filepath.Join(mnt, d), 0o755))
@@ -28,7 +28,7 @@ func TestCgroupDir(t *testing.T) {
 		{"missing directory", "0::/user.slice/gone\n", hybrid, ""},
 	}
 	for _, c := range cases {
-		assert.Equal(t, c.want, cgroupDir(c.self, c.mountinfo), c.name)
+		assert.Equal(t, c.want, Dir(c.self, c.mountinfo), c.name)
 	}
 }
 
@@ -53,7 +53,40 @@ func TestCgroupV1Dir(t *testing.T) {
 		"cpuacct": filepath.Join(mnt, "cpu,cpuacct/app"),
 		"hugetlb": "",
 	} {
-		assert.Equal(t, want, cgroupV1Dir(self, mountinfo, c), c)
+		assert.Equal(t, want, V1Dir(self, mountinfo, c), c)
 	}
-	assert.Empty(t, cgroupV1Dir("0::/\n", mountinfo, "memory"), "a pure v2 host has no v1 memory hierarchy")
+	assert.Empty(t, V1Dir("0::/\n", mountinfo, "memory"), "a pure v2 host has no v1 memory hierarchy")
+}
+
+// A pool reuses a cgroup its process left empty, never one that was
+// killed (the kernel would kill every later child at birth), and Close
+// removes the idle ones.
+func TestPoolReuse(t *testing.T) {
+	root := ProbeRoot()
+	if root == "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("no writable cgroup v2 hierarchy with cgroup.kill")
+		}
+		t.Skip("no writable cgroup v2 hierarchy with cgroup.kill")
+	}
+	p := NewPool(root)
+	var setups []string
+	p.Setup = func(dir string) error { setups = append(setups, dir); return nil }
+	a, err := p.Get()
+	require.NoError(t, err)
+	require.DirExists(t, a.Dir())
+	require.NoError(t, p.Put(a))
+	b, err := p.Get()
+	require.NoError(t, err)
+	assert.Equal(t, a.Dir(), b.Dir(), "an emptied cgroup is reused")
+	require.NoError(t, b.Kill())
+	require.NoError(t, p.Put(b))
+	assert.NoDirExists(t, b.Dir(), "a killed cgroup is removed, not reused")
+	c, err := p.Get()
+	require.NoError(t, err)
+	assert.NotEqual(t, b.Dir(), c.Dir())
+	assert.Len(t, setups, 2, "Setup runs for fresh cgroups only")
+	require.NoError(t, p.Put(c))
+	require.NoError(t, p.Close())
+	assert.NoDirExists(t, c.Dir(), "Close removes idle cgroups")
 }
