@@ -84,7 +84,7 @@ func assertNoMarkers(t *testing.T, s runbox.Session) {
 
 func testAgentRefusesSessionPeers(t *testing.T, e *docker.Executor, auth docker.AgentAuth) {
 	s := open(t, e, hostileSpec(t))
-	require.Equal(t, auth, s.(*docker.Session).AgentAuth())
+	require.Equal(t, auth, s.AgentAuth())
 	for _, who := range []string{"root", "nobody"} {
 		prefix := ""
 		if who == "nobody" {
@@ -210,7 +210,7 @@ func TestAgentSessionUser(t *testing.T) {
 	spec := hostileSpec(t)
 	spec.User = "65534:65534"
 	s := open(t, e, spec)
-	require.True(t, s.(*docker.Session).Agent())
+	require.True(t, s.Agent())
 	o := run(t, s, runbox.ShellCommand("id -u; id -g; grep -a -c 'agent' /proc/1/cmdline; stat -c %u /proc/1"))
 	require.NoError(t, o.err, o.stderr)
 	assert.Equal(t, "65534\n65534\n1\n", strings.Join(strings.SplitAfter(o.stdout, "\n")[:3], ""))

@@ -38,7 +38,7 @@ func TestAgentRun(t *testing.T) {
 	spec.Init = false // the agent is PID 1
 	spec.Env = []string{"FROM_SPEC=1"}
 	s := open(t, e, spec)
-	require.True(t, s.(*docker.Session).Agent())
+	require.True(t, s.Agent())
 
 	o := run(t, s, runbox.ShellCommand("echo out; echo err >&2; exit 7"))
 	require.NoError(t, o.err)
@@ -116,7 +116,7 @@ func TestAgentCancellationKillsTheProcessGroup(t *testing.T) {
 	top, err := e.Client().ContainerTop(context.Background(), s.ID(), client.ContainerTopOptions{})
 	require.NoError(t, err)
 	assert.False(t, topHas(top, "sleep 1001") || topHas(top, "sleep 1002"), "no process of the cancelled command remains: %v", top.Processes)
-	assert.Equal(t, runbox.LifetimeContainmentBestEffort, s.(*docker.Session).LifetimeContainment())
+	assert.Equal(t, runbox.LifetimeContainmentBestEffort, s.LifetimeContainment())
 }
 
 func TestAgentTTY(t *testing.T) {
@@ -240,8 +240,8 @@ func TestAgentFallbackAndRequired(t *testing.T) {
 	dynamic := "/bin/ls"
 	e := newExecutor(t, docker.WithAgent(dynamic))
 	s := open(t, e, baseSpec())
-	assert.False(t, s.(*docker.Session).Agent(), "falls back to plain exec")
-	assert.Equal(t, runbox.LifetimeContainmentUnspecified, s.(*docker.Session).LifetimeContainment())
+	assert.False(t, s.Agent(), "falls back to plain exec")
+	assert.Equal(t, runbox.LifetimeContainmentUnspecified, s.LifetimeContainment())
 	o := run(t, s, argv("echo", "plain"))
 	assert.Equal(t, "plain\n", o.stdout)
 
@@ -342,7 +342,7 @@ func TestAgentReconnects(t *testing.T) {
 func TestAgentOnRemoteStyleEngine(t *testing.T) {
 	e := agentExecutor(t, docker.WithHost(tcpProxy(t)))
 	s := open(t, e, baseSpec())
-	require.True(t, s.(*docker.Session).Agent())
+	require.True(t, s.Agent())
 	o := run(t, s, runbox.Command{Args: []string{"sh", "-c", "cat; echo done >&2"}, Stdin: strings.NewReader("over tcp\n")})
 	require.NoError(t, o.err)
 	assert.Equal(t, "over tcp\n", o.stdout)

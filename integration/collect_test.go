@@ -22,7 +22,7 @@ func TestCollect(t *testing.T) {
 		spec := baseSpec()
 		spec.Init = false // the agent is PID 1
 		s := open(t, agentExecutor(t), spec)
-		if !s.(*docker.Session).Agent() {
+		if !s.Agent() {
 			t.Fatal("the session has no agent")
 		}
 		runboxtest.RunCollect(t, runboxtest.CollectBackend{Name: "agent session", Runner: s, ScratchDir: "/tmp"})

@@ -46,13 +46,13 @@ func TestConformanceDockerSession(t *testing.T) {
 				{Source: work, Target: work},
 				{Source: outside, Target: outside, ReadOnly: true},
 			}
-			peer := open(t, e, spec).(*docker.Session)
+			peer := open(t, e, spec)
 			hardened := spec
 			hardened.Security = runbox.Security{
 				CapDrop: []string{"ALL"}, CapAdd: []string{"CHOWN"}, NoNewPrivileges: true, ReadOnlyRootfs: true,
 				Tmpfs: []runbox.Tmpfs{{Target: "/tmp"}},
 			}
-			hard := open(t, e, hardened).(*docker.Session)
+			hard := open(t, e, hardened)
 
 			kernel := runbox.KernelHost
 			if rt == gvisor {

@@ -20,7 +20,7 @@ import (
 // Result, and the runtime's line is the error, not output.
 func TestPlainExecNeverInventsExitCode(t *testing.T) {
 	s := open(t, newExecutor(t, docker.WithoutAgent()), baseSpec())
-	require.False(t, s.(*docker.Session).Agent())
+	require.False(t, s.Agent())
 	big := "BIG=" + strings.Repeat("x", 200<<10)
 
 	o := run(t, s, runbox.Command{Args: []string{"true"}, Env: []string{big}})

@@ -25,7 +25,7 @@ import (
 
 func fileSession(t *testing.T) *docker.Session {
 	t.Helper()
-	return open(t, newExecutor(t, docker.WithoutAgent()), baseSpec()).(*docker.Session)
+	return open(t, newExecutor(t, docker.WithoutAgent()), baseSpec())
 }
 
 func sh(t *testing.T, s runbox.Session, script string) string {
@@ -227,7 +227,7 @@ func TestFilesSessionGone(t *testing.T) {
 	ctx := fctx(t)
 	_, err := e.Client().ContainerRemove(ctx, s.ID(), client.ContainerRemoveOptions{Force: true})
 	require.NoError(t, err)
-	_, err = s.(*docker.Session).ReadFile(ctx, docker.ReadFileOptions{Path: "/etc/passwd"})
+	_, err = s.ReadFile(ctx, docker.ReadFileOptions{Path: "/etc/passwd"})
 	assert.ErrorIs(t, err, runbox.ErrSessionEnded)
 	assert.NotErrorIs(t, err, fs.ErrNotExist)
 }
@@ -252,7 +252,7 @@ func benchTree(b *testing.B, n, size int) string {
 // benchCopy measures CopyIn and CopyOut of one tree against `docker cp`
 // in the same run (make bench pairs "runbox" with "docker-cp").
 func benchCopy(b *testing.B, n, size int) {
-	s := open(b, newExecutor(b, docker.WithoutAgent()), baseSpec()).(*docker.Session)
+	s := open(b, newExecutor(b, docker.WithoutAgent()), baseSpec())
 	src := benchTree(b, n, size)
 	ctx := context.Background()
 	dockerCp := func(b *testing.B, args ...string) {

@@ -23,11 +23,11 @@ func baseSpec() runbox.Spec {
 }
 
 // open opens a session that is closed when the test ends.
-func open(t testing.TB, e *docker.Executor, spec runbox.Spec) runbox.Session {
+func open(t testing.TB, e *docker.Executor, spec runbox.Spec) *docker.Session {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	s, err := e.Open(ctx, spec)
+	s, err := e.OpenSession(ctx, spec)
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, s.Close(context.Background())) })
 	return s

@@ -169,7 +169,7 @@ func TestLeaseLivesWithItsOwner(t *testing.T) {
 	require.NoError(t, o.err)
 	assert.Equal(t, "alive\n", o.stdout)
 
-	require.NoError(t, s.(*docker.Session).Detach(context.Background()))
+	require.NoError(t, s.Detach(context.Background()))
 	require.NoError(t, e.Close())
 	time.Sleep(3 * testLease) // nobody renews now; released, it stays
 	other := agentExecutor(t)

@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/runbox-dev/runbox"
-	"github.com/runbox-dev/runbox/docker"
 	"github.com/runbox-dev/runbox/host"
 	"github.com/runbox-dev/runbox/runboxtest"
 )
@@ -24,7 +23,7 @@ import (
 // case ends with a Run under a deadline: a process that was closed, or
 // left unread, must never wedge the session.
 func TestStreamingProcessLifecycle(t *testing.T) {
-	s := open(t, agentExecutor(t), baseSpec()).(*docker.Session)
+	s := open(t, agentExecutor(t), baseSpec())
 	h, err := host.New()
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = h.Close() })
@@ -64,7 +63,7 @@ func TestStreamingProcessLifecycle(t *testing.T) {
 // TestBusySessionHonoursContext: calls on one session are serial, and a
 // call that waits for its turn gives up when its own context ends.
 func TestBusySessionHonoursContext(t *testing.T) {
-	s := open(t, agentExecutor(t), baseSpec()).(*docker.Session)
+	s := open(t, agentExecutor(t), baseSpec())
 	ctx := context.Background()
 	p, err := s.Start(ctx, runbox.ShellCommand("echo hello; sleep 1000"))
 	require.NoError(t, err)

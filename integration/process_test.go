@@ -53,7 +53,7 @@ func driveStreams(t *testing.T, p runbox.StreamingProcess, input string) (stdout
 
 func TestStreamingProcessSameCodePathBothBackends(t *testing.T) {
 	e := agentExecutor(t)
-	s := open(t, e, baseSpec()).(*docker.Session)
+	s := open(t, e, baseSpec())
 	h, err := host.New()
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = h.Close() })
@@ -93,7 +93,7 @@ func TestStreamingProcessSameCodePathBothBackends(t *testing.T) {
 
 func TestStreamingProcessSignals(t *testing.T) {
 	e := agentExecutor(t, docker.WithTerminateGrace(300*time.Millisecond))
-	s := open(t, e, baseSpec()).(*docker.Session)
+	s := open(t, e, baseSpec())
 	ctx := context.Background()
 
 	p, err := s.Start(ctx, argv("sleep", "1004"))
@@ -140,14 +140,14 @@ func TestStreamingProcessSignals(t *testing.T) {
 	_, err = s.Start(ctx, argv("/no/such/program"))
 	assert.ErrorIs(t, err, runbox.ErrStart)
 
-	plain := open(t, newExecutor(t, docker.WithoutAgent()), baseSpec()).(*docker.Session)
+	plain := open(t, newExecutor(t, docker.WithoutAgent()), baseSpec())
 	_, err = plain.Start(ctx, argv("true"))
 	assert.True(t, errors.Is(err, runbox.ErrUnsupported))
 }
 
 func TestStreamingProcessTTY(t *testing.T) {
 	e := agentExecutor(t)
-	s := open(t, e, baseSpec()).(*docker.Session)
+	s := open(t, e, baseSpec())
 	p, err := s.Start(context.Background(), runbox.Command{
 		Args: []string{"sh", "-c", `stty size; read line; echo "got $line"; until [ "$(stty size)" = "30 70" ]; do sleep 0.02; done; echo resized`},
 		TTY:  true, TermSize: runbox.TermSize{Rows: 20, Cols: 60},

@@ -209,7 +209,7 @@ func testRemoteSuite(t *testing.T, r remoteEngines, route remoteRoute, opts []do
 	spec := baseSpec()
 	spec.Init = false // the agent is PID 1
 	spec.Name = name
-	s := open(t, e, spec).(*docker.Session)
+	s := open(t, e, spec)
 	require.True(t, s.Agent())
 	assert.Equal(t, docker.AgentAuthKey, s.AgentAuth(), "a remote session's agent is reached with its key")
 

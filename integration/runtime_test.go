@@ -109,7 +109,7 @@ func TestGVisorSession(t *testing.T) {
 	spec := baseSpec()
 	spec.Init = false
 	spec.Runtime = gvisor
-	s := open(t, e, spec).(*docker.Session)
+	s := open(t, e, spec)
 	assert.True(t, s.Agent())
 	assert.Equal(t, docker.AgentAuthKey, s.AgentAuth(), "gVisor's sockets are its own: the agent is reached over an exec with the session key")
 
@@ -177,7 +177,7 @@ func TestGVisorLifecycle(t *testing.T) {
 	spec := baseSpec()
 	spec.Init = false
 	spec.Runtime = gvisor
-	s := open(t, e, spec).(*docker.Session)
+	s := open(t, e, spec)
 
 	t.Run("cancel kills the process group", func(t *testing.T) {
 		ctx, cancel := context.WithCancel(context.Background())
@@ -252,7 +252,7 @@ func TestGVisorPlainExec(t *testing.T) {
 	needRuntime(t, e, gvisor)
 	spec := baseSpec() // Init: the Engine's init is PID 1
 	spec.Runtime = gvisor
-	s := open(t, e, spec).(*docker.Session)
+	s := open(t, e, spec)
 	require.False(t, s.Agent())
 	o := run(t, s, runbox.ShellCommand("dmesg | head -1; cat /proc/1/cmdline | tr '\\0' ' '"))
 	require.NoError(t, o.err)

@@ -41,15 +41,14 @@ func run(image, label string) error {
 	}
 	defer e.Close()
 	k, v, _ := strings.Cut(label, "=")
-	s, err := e.Open(ctx, runbox.Spec{Image: image, Process: []string{"sleep", "1000000"}, Labels: map[string]string{k: v}})
+	s, err := e.OpenSession(ctx, runbox.Spec{Image: image, Process: []string{"sleep", "1000000"}, Labels: map[string]string{k: v}})
 	if err != nil {
 		return fmt.Errorf("open: %w", err)
 	}
 	defer s.Close(context.Background())
-	ds := s.(*docker.Session)
-	fmt.Printf("uid %d, agent auth %s (%s)\n", os.Getuid(), ds.AgentAuth(), self)
-	if ds.AgentAuth() != docker.AgentAuthKernel {
-		return fmt.Errorf("agent auth %s, want kernel", ds.AgentAuth())
+	fmt.Printf("uid %d, agent auth %s (%s)\n", os.Getuid(), s.AgentAuth(), self)
+	if s.AgentAuth() != docker.AgentAuthKernel {
+		return fmt.Errorf("agent auth %s, want kernel", s.AgentAuth())
 	}
 	var out bytes.Buffer
 	res, err := s.Run(ctx, runbox.Command{Args: []string{"sh", "-c", "echo $SECRET; exit 3"}, Env: []string{"SECRET=s3cr3t"}},
