@@ -3,10 +3,8 @@ package runbox
 import (
 	"encoding/json"
 	"fmt"
-	"os"
-	"strings"
-	"sync"
-	"sync/atomic"
+
+	"github.com/runbox-dev/runbox/internal/reexec"
 )
 
 // GuaranteeLevel summarizes how much of a confinement policy the operating
@@ -245,70 +243,10 @@ func (g *Guarantees) UnmarshalJSON(b []byte) error {
 	return nil
 }
 
-// HelperEnv is the environment variable that marks a process as a
-// re-executed runbox helper; its value names the helper. [Init] dispatches
-// on it.
-const HelperEnv = "RUNBOX_HELPER"
-
-var (
-	helpersMu   sync.Mutex
-	helpers     = map[string]func() int{}
-	pathHelpers = map[string]func() int{}
-	initialized atomic.Bool
-)
-
-// RegisterHelperPath makes main the helper of a process started under the
-// absolute program name path (its argv[0]), such as a Docker session's
-// agent, which the Engine starts from a reserved path with no say over its
-// environment. Backends call it from an init function.
-func RegisterHelperPath(path string, main func() int) {
-	helpersMu.Lock()
-	defer helpersMu.Unlock()
-	if _, dup := pathHelpers[path]; dup || !strings.HasPrefix(path, "/") {
-		panic(fmt.Sprintf("runbox: RegisterHelperPath(%q): invalid or duplicate path", path))
-	}
-	pathHelpers[path] = main
-}
-
-// RegisterHelper makes main available as the helper called name, run by
-// [Init] in a process re-executed with HelperEnv=name. Backends call it
-// from an init function; name must be unique.
-func RegisterHelper(name string, main func() int) {
-	helpersMu.Lock()
-	defer helpersMu.Unlock()
-	if _, dup := helpers[name]; dup || name == "" || strings.ContainsAny(name, "=\x00") {
-		panic(fmt.Sprintf("runbox: RegisterHelper(%q): invalid or duplicate name", name))
-	}
-	helpers[name] = main
-}
-
 // Init must be the first call in main (and in TestMain) of any program that
 // confines host processes, or that should serve as its own agent in Docker
 // sessions. In a process that a backend re-executed as a helper (for
 // example the Linux sandbox's stage 2, or a session's agent) it runs that
 // helper and exits, so nothing else of the program runs there; otherwise
 // it returns at once and records that the program is ready.
-func Init() {
-	helpersMu.Lock()
-	byPath := pathHelpers[os.Args[0]]
-	helpersMu.Unlock()
-	if byPath != nil {
-		os.Exit(byPath())
-	}
-	name, ok := os.LookupEnv(HelperEnv)
-	if !ok {
-		initialized.Store(true)
-		return
-	}
-	helpersMu.Lock()
-	main := helpers[name]
-	helpersMu.Unlock()
-	if main == nil {
-		fmt.Fprintf(os.Stderr, "runbox: unknown helper %q (is its backend linked into this program?)\n", name)
-		os.Exit(125)
-	}
-	os.Exit(main())
-}
-
-// Initialized reports whether [Init] has run in this (non-helper) process.
-func Initialized() bool { return initialized.Load() }
+func Init() { reexec.Dispatch() }

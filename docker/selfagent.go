@@ -3,8 +3,8 @@ package docker
 import (
 	"os"
 
-	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/agent"
+	"github.com/runbox-dev/runbox/internal/reexec"
 )
 
 // A program that links this package and calls runbox.Init first can be
@@ -13,7 +13,7 @@ import (
 // So a static Linux program needs no separate runbox binary to get fast,
 // killable sessions.
 func init() {
-	runbox.RegisterHelperPath(agentInPath, func() int {
+	reexec.RegisterPath(agentInPath, func() int {
 		if len(os.Args) < 2 || os.Args[1] != "agent" {
 			return 2
 		}
@@ -26,7 +26,7 @@ func init() {
 // Whether it is a static executable for the session's architecture is
 // checked with every other candidate.
 func selfAgent() string {
-	if !runbox.Initialized() {
+	if !reexec.Initialized() {
 		return ""
 	}
 	p, err := os.Executable()

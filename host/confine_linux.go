@@ -16,12 +16,13 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/reexec"
 )
 
 // stage2Name is the helper name [runbox.Init] dispatches to.
 const stage2Name = "host-sandbox"
 
-func init() { runbox.RegisterHelper(stage2Name, stage2Main) }
+func init() { reexec.Register(stage2Name, stage2Main) }
 
 // helperStartTimeout bounds how long Start waits for the helper to report
 // that the command runs. Setting up takes milliseconds; this only catches a
@@ -163,7 +164,7 @@ func (e *Executor) startConfined(conf *spawnConf, build func() *exec.Cmd, ctl *o
 			c.Path = e.cfg.helper
 		}
 		c.Args = []string{"runbox-sandbox"}
-		c.Env = []string{runbox.HelperEnv + "=" + stage2Name}
+		c.Env = []string{reexec.Env + "=" + stage2Name}
 		c.Dir = ""
 		c.ExtraFiles = []*os.File{spec, statusW}
 		if groups != nil {
@@ -238,7 +239,7 @@ func (e *Executor) probeConfinement() (runbox.Guarantees, error) {
 	if cp.policy.Unconfined {
 		return g, nil
 	}
-	if !runbox.Initialized() && e.cfg.helper == "" {
+	if !reexec.Initialized() && e.cfg.helper == "" {
 		return g, fmt.Errorf("%w: the program must call runbox.Init() first in main (and in TestMain) so that the sandbox helper can run", ErrConfinementUnavailable)
 	}
 	// The probe's sandbox is the first prepared one, shaped for a command
