@@ -71,17 +71,6 @@ func TestSpecValidate(t *testing.T) {
 	}
 }
 
-func TestProcessAccessIsImmutable(t *testing.T) {
-	paths := []string{"/b", "/a", "/a"}
-	a := NewProcessAccess(ProcessAccessScopedWrite, paths...)
-	paths[0] = "/changed"
-	got := a.WritePaths()
-	assert.Equal(t, []string{"/a", "/b"}, got)
-	got[0] = "/changed"
-	assert.Equal(t, []string{"/a", "/b"}, a.WritePaths())
-	assert.Empty(t, NewProcessAccess(ProcessAccessBroadWrite, "/x").WritePaths())
-}
-
 func TestErrUnsupportedMatchesStdlib(t *testing.T) {
 	assert.True(t, errors.Is(ErrUnsupported, errors.ErrUnsupported))
 }

@@ -78,7 +78,7 @@ func TestConfinedGuaranteesOnLinux(t *testing.T) {
 	defer pp.Close()
 	assert.Equal(t, g, pp.Guarantees())
 	acc := pp.EffectiveAccess()
-	assert.Equal(t, runbox.ProcessAccessScopedWrite, acc.Kind())
+	assert.Equal(t, ProcessAccessScopedWrite, acc.Kind())
 	assert.Equal(t, []string{w}, acc.WritePaths())
 
 	open := confined(t, Policy{Network: true, BroadWrite: true})
@@ -90,7 +90,7 @@ func TestConfinedGuaranteesOnLinux(t *testing.T) {
 	pp, err = open.PrepareProcess(testCtx(t), ProcessOptions{Args: []string{"true"}})
 	require.NoError(t, err)
 	defer pp.Close()
-	assert.Equal(t, runbox.ProcessAccessBroadWrite, pp.EffectiveAccess().Kind())
+	assert.Equal(t, ProcessAccessBroadWrite, pp.EffectiveAccess().Kind())
 }
 
 func TestConfinedWrites(t *testing.T) {

@@ -71,3 +71,16 @@ func TestUserIsRefused(t *testing.T) {
 	_, err = e.Start(context.Background(), cmd)
 	assert.ErrorIs(t, err, runbox.ErrUnsupported)
 }
+
+// An access description is a copy: neither the paths it was made from nor
+// the slice it hands out can change it.
+func TestProcessAccessIsImmutable(t *testing.T) {
+	paths := []string{"/b", "/a", "/a"}
+	a := newProcessAccess(ProcessAccessScopedWrite, paths...)
+	paths[0] = "/changed"
+	got := a.WritePaths()
+	assert.Equal(t, []string{"/a", "/b"}, got)
+	got[0] = "/changed"
+	assert.Equal(t, []string{"/a", "/b"}, a.WritePaths())
+	assert.Empty(t, newProcessAccess(ProcessAccessBroadWrite, "/x").WritePaths())
+}

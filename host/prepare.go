@@ -58,7 +58,7 @@ type PreparedProcess struct {
 	spec   *launchSpec
 	tty    bool
 	size   TTYSize
-	access runbox.ProcessAccess
+	access ProcessAccess
 	g      runbox.Guarantees
 
 	mu    sync.Mutex
@@ -141,20 +141,20 @@ func (e *Executor) PrepareProcess(ctx context.Context, o ProcessOptions) (*Prepa
 
 // EffectiveAccess returns the write authority every process of this
 // executor gets (see [PreparedProcess.EffectiveAccess]).
-func (e *Executor) EffectiveAccess() runbox.ProcessAccess { return e.access() }
+func (e *Executor) EffectiveAccess() ProcessAccess { return e.access() }
 
 // access is the write authority of the executor's processes: broad without
 // a policy (nothing confines them) or with BroadWrite, otherwise the
 // canonical writable roots. The private HOME and TMPDIR are the
 // executor's scratch space and are not listed.
-func (e *Executor) access() runbox.ProcessAccess {
+func (e *Executor) access() ProcessAccess {
 	switch {
 	case e.conf == nil, e.conf.policy.BroadWrite, e.conf.policy.Unconfined:
-		return runbox.NewProcessAccess(runbox.ProcessAccessBroadWrite)
+		return newProcessAccess(ProcessAccessBroadWrite)
 	case len(e.conf.writable) == 0:
-		return runbox.NewProcessAccess(runbox.ProcessAccessReadOnly)
+		return newProcessAccess(ProcessAccessReadOnly)
 	}
-	return runbox.NewProcessAccess(runbox.ProcessAccessScopedWrite, e.conf.writable...)
+	return newProcessAccess(ProcessAccessScopedWrite, e.conf.writable...)
 }
 
 // Guarantees reports what is enforced for this process, fixed at
@@ -166,10 +166,10 @@ func (pp *PreparedProcess) Guarantees() runbox.Guarantees {
 }
 
 // EffectiveAccess returns the write authority fixed at preparation, as a
-// copy the caller cannot use to change it: runbox.ProcessAccessBroadWrite
+// copy the caller cannot use to change it: ProcessAccessBroadWrite
 // for an executor without a policy, otherwise what the policy allows.
-func (pp *PreparedProcess) EffectiveAccess() runbox.ProcessAccess {
-	return runbox.NewProcessAccess(pp.access.Kind(), pp.access.WritePaths()...)
+func (pp *PreparedProcess) EffectiveAccess() ProcessAccess {
+	return newProcessAccess(pp.access.Kind(), pp.access.WritePaths()...)
 }
 
 // Start spawns the process and returns at once; a supervisor goroutine

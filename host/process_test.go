@@ -163,7 +163,7 @@ func TestEffectiveAccessIsFrozenCopy(t *testing.T) {
 	}
 	defer pp.Close()
 	a := pp.EffectiveAccess()
-	if a.Kind() != runbox.ProcessAccessBroadWrite || len(a.WritePaths()) != 0 {
+	if a.Kind() != ProcessAccessBroadWrite || len(a.WritePaths()) != 0 {
 		t.Fatalf("access %v %v", a.Kind(), a.WritePaths())
 	}
 	if b := pp.EffectiveAccess(); b.Kind() != a.Kind() || len(b.WritePaths()) != 0 {
