@@ -16,6 +16,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"golang.org/x/sys/unix"
+
+	"github.com/runbox-dev/runbox"
 )
 
 // buildCLI builds this command, static, for a test that runs it as a user
@@ -178,6 +180,24 @@ func lastJSON(t *testing.T, stderr string) map[string]any {
 	return rep
 }
 
+// guaranteesRoundTrip decodes the report's guarantees with the library's
+// own type, as a Go program reading `runbox host --json` would, and checks
+// that encoding them again gives the same object: every enum the CLI
+// writes, the library reads.
+func guaranteesRoundTrip(t *testing.T, stderr string) {
+	t.Helper()
+	lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n")
+	var rep struct {
+		Guarantees json.RawMessage `json:"guarantees"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(lines[len(lines)-1]), &rep))
+	var g runbox.Guarantees
+	require.NoError(t, json.Unmarshal(rep.Guarantees, &g), string(rep.Guarantees))
+	again, err := json.Marshal(g)
+	require.NoError(t, err)
+	assert.JSONEq(t, string(rep.Guarantees), string(again))
+}
+
 // TestHostJSONIsLastOnEveryOutcome: after a timeout, a start failure, an
 // output-limit stop and a refused sandbox, as after a plain exit, the
 // report is the last line of stderr and runbox's own message comes before.
@@ -204,6 +224,7 @@ func TestHostJSONIsLastOnEveryOutcome(t *testing.T) {
 			r := runCLI(t, bin, work, nil, append([]string{"host", "--json"}, c.args...)...)
 			assert.Equal(t, c.code, r.code, r.stderr)
 			rep := lastJSON(t, r.stderr)
+			guaranteesRoundTrip(t, r.stderr)
 			if c.msg != "" {
 				before := r.stderr[:strings.LastIndex(strings.TrimRight(r.stderr, "\n"), "\n")+1]
 				assert.Contains(t, before, c.msg)
