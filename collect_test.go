@@ -8,6 +8,9 @@ import (
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // fakeRunner writes stdout and stderr, then returns res and err. It calls
@@ -69,20 +72,12 @@ func TestCollectClassifies(t *testing.T) {
 			}
 			out, err := Collect(ctx, tc.p, c, tc.opts)
 			var ce *CommandError
-			if !errors.As(err, &ce) {
-				t.Fatalf("Collect = %+v, %v; want a *CommandError", out, err)
-			}
-			if ce.Kind != tc.kind {
-				t.Errorf("kind %s (%v), want %s", ce.Kind, err, tc.kind)
-			}
+			require.ErrorAs(t, err, &ce, "Collect = %+v", out)
+			assert.Equal(t, tc.kind, ce.Kind, "%v", err)
 			for _, s := range tc.is {
-				if !errors.Is(err, s) {
-					t.Errorf("%v does not wrap %v", err, s)
-				}
+				assert.ErrorIs(t, err, s)
 			}
-			if ce.Stdout != tc.stdout {
-				t.Errorf("partial stdout %q, want %q", ce.Stdout, tc.stdout)
-			}
+			assert.Equal(t, tc.stdout, ce.Stdout, "partial stdout")
 		})
 	}
 }
@@ -95,9 +90,11 @@ func TestCollectCancelledBeforeRun(t *testing.T) {
 	called := false
 	_, err := Collect(ctx, &fakeRunner{}, Command{Args: []string{"x"}}, CollectOptions{OnStart: func() error { called = true; return nil }})
 	var ce *CommandError
-	if !errors.As(err, &ce) || ce.Kind != FailureAborted || !errors.Is(err, ErrCancelled) || !errors.Is(err, context.Canceled) || called {
-		t.Errorf("Collect = %v (OnStart called: %v), want an abort before the start", err, called)
-	}
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, FailureAborted, ce.Kind)
+	assert.ErrorIs(t, err, ErrCancelled)
+	assert.ErrorIs(t, err, context.Canceled)
+	assert.False(t, called, "OnStart called before an abort")
 }
 
 // TestCollectHookOrder: a BeforeStart of the caller's command runs before
@@ -111,9 +108,10 @@ func TestCollectHookOrder(t *testing.T) {
 		return nil
 	}})
 	var ce *CommandError
-	if !errors.As(err, &ce) || ce.Kind != FailureRefused || !errors.Is(err, inner) || len(order) != 1 {
-		t.Errorf("Collect = %v after hooks %v, want the command's refusal alone", err, order)
-	}
+	require.ErrorAs(t, err, &ce)
+	assert.Equal(t, FailureRefused, ce.Kind)
+	assert.ErrorIs(t, err, inner)
+	assert.Len(t, order, 1, "the command's refusal alone: %v", order)
 }
 
 // TestLimiterBound writes 1 GiB to each stream through Collect's limit
@@ -131,23 +129,20 @@ func TestLimiterBound(t *testing.T) {
 	s := l.Streams()
 	for written := 0; written < total; written += len(block) {
 		for _, w := range []io.Writer{s.Stdout, s.Stderr} {
-			if n, err := w.Write(block); n != len(block) || err != nil {
-				t.Fatalf("Write = %d, %v", n, err)
-			}
+			n, err := w.Write(block)
+			require.NoError(t, err)
+			require.Equal(t, len(block), n)
 		}
 	}
 	runtime.ReadMemStats(&after)
 	// Both streams reach their limit; stdout is the first to pass it.
-	if len(bufs[0].b) != limit || len(bufs[1].b) != limit || cap(bufs[0].b) != limit || l.Exceeded() != "stdout" || stops != 1 {
-		t.Errorf("kept %d+%d bytes (cap %d), over %q, %d stops; want %d each, stdout, 1",
-			len(bufs[0].b), len(bufs[1].b), cap(bufs[0].b), l.Exceeded(), stops, limit)
-	}
-	if !errors.Is(l.Err(), ErrOutputLimit) {
-		t.Errorf("Err() = %v", l.Err())
-	}
-	if grown := after.TotalAlloc - before.TotalAlloc; grown >= bound {
-		t.Errorf("2 GiB of writes allocated %d bytes, want less than %d", grown, bound)
-	}
+	assert.Len(t, bufs[0].b, limit)
+	assert.Len(t, bufs[1].b, limit)
+	assert.Equal(t, limit, cap(bufs[0].b))
+	assert.Equal(t, "stdout", l.Exceeded())
+	assert.Equal(t, 1, stops)
+	assert.ErrorIs(t, l.Err(), ErrOutputLimit)
+	assert.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(bound), "bytes allocated by 2 GiB of writes")
 }
 
 // TestLimiterCombined: the combined limit counts both streams and names
@@ -158,21 +153,19 @@ func TestLimiterCombined(t *testing.T) {
 	l := NewLimiter(OutputLimit{Combined: 10}, Streams{Stdout: &out, Stderr: &errb}, func() {})
 	_, _ = l.Streams().Stdout.Write([]byte("123456"))
 	_, _ = l.Streams().Stderr.Write([]byte("abcdef"))
-	if out.String() != "123456" || errb.String() != "abcd" || l.Exceeded() != "combined" {
-		t.Errorf("passed %q and %q, over %q", out.String(), errb.String(), l.Exceeded())
-	}
+	assert.Equal(t, "123456", out.String())
+	assert.Equal(t, "abcd", errb.String())
+	assert.Equal(t, "combined", l.Exceeded())
 	errb.Reset()
 	l = NewLimiter(OutputLimit{Stream: 3, Combined: 10}, Streams{Stderr: &errb}, func() {})
 	_, _ = l.Streams().Stdout.Write([]byte("12")) // to a nil writer: discarded, still counted
 	_, _ = l.Streams().Stderr.Write([]byte("abcd"))
-	if errb.String() != "abc" || l.Exceeded() != "stderr" {
-		t.Errorf("passed %q, over %q; want the stream limit first", errb.String(), l.Exceeded())
-	}
+	assert.Equal(t, "abc", errb.String())
+	assert.Equal(t, "stderr", l.Exceeded(), "the stream limit first")
 	broken := errors.New("broken")
 	l = NewLimiter(OutputLimit{Stream: 3}, Streams{Stdout: failWriter{broken}}, func() {})
-	if _, err := l.Streams().Stdout.Write([]byte("x")); !errors.Is(err, broken) {
-		t.Errorf("Write = %v, want the writer's error", err)
-	}
+	_, err := l.Streams().Stdout.Write([]byte("x"))
+	assert.ErrorIs(t, err, broken, "the writer's error")
 }
 
 type failWriter struct{ err error }
@@ -193,14 +186,13 @@ func TestCollectDefaults(t *testing.T) {
 	start := time.Now()
 	out, err := Collect(context.Background(), p, Command{Args: []string{"x"}}, CollectOptions{})
 	end := time.Now()
-	if err != nil || len(out.RawStdout) != DefaultStreamLimit || len(out.RawStderr) != DefaultStreamLimit {
-		t.Fatalf("Collect = %d+%d bytes, %v; want the default limit on each stream", len(out.RawStdout), len(out.RawStderr), err)
-	}
+	require.NoError(t, err)
+	require.Len(t, out.RawStdout, DefaultStreamLimit)
+	require.Len(t, out.RawStderr, DefaultStreamLimit)
 	// The deadline was set during the call: DefaultTimeout after a moment
 	// between start and end.
-	if deadline.Sub(start) < DefaultTimeout || deadline.Sub(end) > DefaultTimeout {
-		t.Errorf("deadline %s after the call's start and %s after its end, want %s", deadline.Sub(start), deadline.Sub(end), DefaultTimeout)
-	}
+	assert.GreaterOrEqual(t, deadline.Sub(start), DefaultTimeout, "deadline after the call's start")
+	assert.LessOrEqual(t, deadline.Sub(end), DefaultTimeout, "deadline after the call's end")
 }
 
 type runFunc func(ctx context.Context, cmd Command, s Streams) (Result, error)

@@ -4,6 +4,9 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // TestSanitize is the table of what terminals would interpret and what is
@@ -54,9 +57,7 @@ func TestSanitize(t *testing.T) {
 		{"spinner", "|\r/\r-\r\\\rok\n", "ok\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := Sanitize([]byte(tc.in)); got != tc.want {
-				t.Errorf("Sanitize(%q) = %q, want %q", tc.in, got, tc.want)
-			}
+			assert.Equal(t, tc.want, Sanitize([]byte(tc.in)), "Sanitize(%q)", tc.in)
 		})
 	}
 }
@@ -64,13 +65,10 @@ func TestSanitize(t *testing.T) {
 // checkSanitized fails when s is not printable text.
 func checkSanitized(t *testing.T, in []byte, s string) {
 	t.Helper()
-	if !utf8.ValidString(s) {
-		t.Fatalf("Sanitize(%q) = %q: not valid UTF-8", in, s)
-	}
+	require.True(t, utf8.ValidString(s), "Sanitize(%q) = %q: not valid UTF-8", in, s)
 	for _, r := range s {
-		if (r < 0x20 && r != '\n' && r != '\t') || (r >= 0x7f && r < 0xa0) {
-			t.Fatalf("Sanitize(%q) = %q: control character %U left", in, s, r)
-		}
+		require.False(t, (r < 0x20 && r != '\n' && r != '\t') || (r >= 0x7f && r < 0xa0),
+			"Sanitize(%q) = %q: control character %U left", in, s, r)
 	}
 }
 
@@ -87,11 +85,7 @@ func FuzzSanitize(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte) {
 		s := Sanitize(in)
 		checkSanitized(t, in, s)
-		if n := utf8.RuneCountInString(s); n > len(in) {
-			t.Fatalf("Sanitize(%q) has %d runes, more than the %d input bytes", in, n, len(in))
-		}
-		if strings.ContainsAny(s, "\x1b\x07\b\r") {
-			t.Fatalf("Sanitize(%q) = %q", in, s)
-		}
+		require.LessOrEqual(t, utf8.RuneCountInString(s), len(in), "Sanitize(%q): more runes than input bytes", in)
+		require.False(t, strings.ContainsAny(s, "\x1b\x07\b\r"), "Sanitize(%q) = %q", in, s)
 	})
 }

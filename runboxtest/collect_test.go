@@ -2,10 +2,12 @@ package runboxtest_test
 
 import (
 	"context"
-	"errors"
 	"runtime"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/host"
@@ -43,19 +45,15 @@ func TestCollectMemoryBound(t *testing.T) {
 	runtime.ReadMemStats(&after)
 
 	var ce *runbox.CommandError
-	if !errors.As(err, &ce) || ce.Kind != runbox.FailureOutputLimit || len(ce.RawStdout) != runbox.DefaultStreamLimit {
-		t.Fatalf("Collect: %v, want the output limit with %d bytes kept", err, runbox.DefaultStreamLimit)
-	}
+	require.ErrorAs(t, err, &ce)
+	require.Equal(t, runbox.FailureOutputLimit, ce.Kind, "%v", err)
+	require.Len(t, ce.RawStdout, runbox.DefaultStreamLimit, "bytes kept")
 	grown := int64(after.HeapAlloc) - int64(before.HeapAlloc)
 	allocated := after.TotalAlloc - before.TotalAlloc
 	t.Logf("1 GiB under a 1 MiB limit: heap grew by %d KiB; %d KiB allocated in all", grown>>10, allocated>>10)
-	if grown >= bound {
-		t.Errorf("the heap grew by %d bytes, want less than %d", grown, bound)
-	}
+	assert.Less(t, grown, int64(bound), "heap growth")
 	// Everything allocated during the call, garbage included, bounds its
 	// peak: it must not follow what the command wrote.
-	if allocated >= bound {
-		t.Errorf("%d bytes allocated during the call, want less than %d", allocated, bound)
-	}
+	assert.Less(t, allocated, uint64(bound), "bytes allocated during the call")
 	runtime.KeepAlive(ce)
 }

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/runbox-dev/runbox"
@@ -23,15 +25,11 @@ func TestMain(m *testing.M) {
 // file in a third.
 func dirs(t *testing.T) (writable, outside, secretDir string) {
 	base, err := os.MkdirTemp("/var/tmp", "runboxtest-")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { os.RemoveAll(base) })
 	writable, outside, secretDir = filepath.Join(base, "w"), filepath.Join(base, "o"), filepath.Join(base, "s")
 	for _, d := range []string{writable, outside, secretDir} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.Mkdir(d, 0o755))
 	}
 	return writable, outside, secretDir
 }
@@ -39,14 +37,8 @@ func dirs(t *testing.T) (writable, outside, secretDir string) {
 func newHost(t *testing.T, opts ...host.Option) *host.Executor {
 	t.Helper()
 	e, err := host.New(opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := e.Close(); err != nil {
-			t.Error(err)
-		}
-	})
+	require.NoError(t, err)
+	t.Cleanup(func() { assert.NoError(t, e.Close()) })
 	return e
 }
 
@@ -65,17 +57,14 @@ func TestHostUnconfined(t *testing.T) {
 func TestHostConfined(t *testing.T) {
 	w, o, s := dirs(t)
 	secret := filepath.Join(s, "secret")
-	if err := os.WriteFile(secret, []byte("hunter2\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(secret, []byte("hunter2\n"), 0o644))
 	e := newHost(t, host.WithPolicy(host.Policy{
 		WritableRoots: []string{w},
 		ReadableRoots: append(host.SystemReadRoots(), o),
 	}))
 	g := e.Guarantees()
-	if g.Level != runbox.GuaranteeLevelFull || !g.ReadBoundary {
-		t.Fatalf("guarantees %+v, want full with a read boundary", g)
-	}
+	require.Equal(t, runbox.GuaranteeLevelFull, g.Level, "%+v", g)
+	require.True(t, g.ReadBoundary, "%+v", g)
 	runboxtest.Run(t, runboxtest.Backend{
 		Name: "host sandbox", Process: e, Claims: g, Control: newHost(t),
 		WritableDir: w, OutsideDir: o, SecretFile: secret,

@@ -26,13 +26,20 @@ func TestOf(t *testing.T) {
 	assert.NotContains(t, me.ID, "/")
 	assert.WithinDuration(t, time.Now(), me.Time, time.Hour, "this test process started a moment ago")
 
-	// A process started later has a later start.
-	time.Sleep(50 * time.Millisecond)
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	require.NoError(t, cmd.Start())
-	child, err := Of(cmd.Process.Pid)
-	_ = cmd.Wait()
-	require.NoError(t, err)
+	// A process started later has another start. One started within this
+	// process's clock tick would share its ID, so a child is started again
+	// (with a deadline) until the tick has passed, instead of sleeping.
+	var child Start
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		require.NoError(t, cmd.Start())
+		child, err = Of(cmd.Process.Pid)
+		_ = cmd.Wait()
+		require.NoError(t, err)
+		if child.ID != me.ID || time.Now().After(deadline) {
+			break
+		}
+	}
 	assert.NotEqual(t, me.ID, child.ID)
 	assert.False(t, child.Time.Before(me.Time.Add(-time.Second)))
 
