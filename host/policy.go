@@ -148,7 +148,6 @@ type compiledPolicy struct {
 	home     string
 	tmp      string
 	g        runbox.Guarantees
-	grants   grantStore
 	// inheritEnv records WithInheritEnv: the caller chose to pass its
 	// environment, so no scrub is asked for.
 	inheritEnv bool
