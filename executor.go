@@ -42,10 +42,11 @@ type Command struct {
 	// ErrProcessTTYUnsupported rather than using pipes.
 	TTY bool
 	// TermSize is the terminal's initial size when TTY is set; zero leaves
-	// the backend's default.
+	// the backend's default. Without TTY it must be zero.
 	TermSize TermSize
 	// Resize, when not nil, delivers new terminal sizes while the command
-	// runs (TTY only). The backend stops reading it when the call returns.
+	// runs; it needs TTY. The backend stops reading it when the call
+	// returns.
 	Resize <-chan TermSize
 	// BeforeStart, when not nil, is called once, synchronously, after the
 	// backend has validated and prepared the command and checked its
@@ -114,6 +115,14 @@ func (c Command) Validate() error {
 	}
 	if c.OutputLimit.Stream < 0 || c.OutputLimit.Combined < 0 {
 		return fmt.Errorf("%w: negative output limit", ErrInvalidCommand)
+	}
+	// A terminal size without a terminal would be dropped by every
+	// backend: refused, so that no field is silently ignored.
+	if !c.TTY && (c.TermSize != (TermSize{}) || c.Resize != nil) {
+		return fmt.Errorf("%w: TermSize and Resize need TTY", ErrInvalidCommand)
+	}
+	if c.TTY && c.TermSize != (TermSize{}) && (c.TermSize.Rows == 0 || c.TermSize.Cols == 0) {
+		return fmt.Errorf("%w: terminal size %dx%d has a zero dimension", ErrInvalidCommand, c.TermSize.Rows, c.TermSize.Cols)
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ func TestCommandValidate(t *testing.T) {
 		{Args: []string{"true"}},
 		{Args: []string{"env"}, Env: []string{"A=", "B=c=d"}, CleanEnv: true},
 		ShellCommand("echo hi"),
+		{Args: []string{"sh"}, TTY: true, TermSize: TermSize{Rows: 24, Cols: 80}, Resize: make(chan TermSize)},
 	}
 	for _, c := range ok {
 		assert.NoError(t, c.Validate(), c.Args)
@@ -25,6 +26,10 @@ func TestCommandValidate(t *testing.T) {
 		"env no =":      {Args: []string{"a"}, Env: []string{"A"}},
 		"env empty key": {Args: []string{"a"}, Env: []string{"=A"}},
 		"env NUL":       {Args: []string{"a"}, Env: []string{"A=\x00"}},
+		// Terminal fields without a terminal would be ignored: refused.
+		"size without TTY":   {Args: []string{"a"}, TermSize: TermSize{Rows: 24, Cols: 80}},
+		"resize without TTY": {Args: []string{"a"}, Resize: make(chan TermSize)},
+		"zero dimension":     {Args: []string{"a"}, TTY: true, TermSize: TermSize{Rows: 24}},
 	}
 	for name, c := range bad {
 		err := c.Validate()

@@ -218,7 +218,7 @@ func (e *Executor) Guarantees() runbox.Guarantees {
 // IssueGrant returns a single-use grant for one command in one working
 // directory, valid for ttl. [Executor.PrepareProcess] consumes it when its
 // ProcessOptions name exactly that command (the same Command string or
-// Argv) and directory; a replay, another command or directory, or an
+// Args) and directory; a replay, another command or directory, or an
 // expired grant fails with [ErrGrantUsed], [ErrGrantMismatch] or
 // [ErrGrantExpired].
 func (e *Executor) IssueGrant(req GrantRequest, ttl time.Duration) (Grant, error) {
@@ -238,7 +238,7 @@ func (e *Executor) IssueGrant(req GrantRequest, ttl time.Duration) (Grant, error
 func (e *Executor) normalize(dir, command string, argv []string) ([]string, string, error) {
 	switch {
 	case command != "" && len(argv) > 0:
-		return nil, "", fmt.Errorf("%w: Command and Argv are mutually exclusive", runbox.ErrInvalidCommand)
+		return nil, "", fmt.Errorf("%w: Command and Args are mutually exclusive", runbox.ErrInvalidCommand)
 	case command != "":
 		if err := validateShellCommand(command); err != nil {
 			return nil, "", err
@@ -249,7 +249,7 @@ func (e *Executor) normalize(dir, command string, argv []string) ([]string, stri
 		}
 		argv = a
 	case len(argv) == 0:
-		return nil, "", fmt.Errorf("%w: one of Command or Argv is required", runbox.ErrInvalidCommand)
+		return nil, "", fmt.Errorf("%w: one of Command or Args is required", runbox.ErrInvalidCommand)
 	default:
 		if err := (runbox.Command{Args: argv}).Validate(); err != nil {
 			return nil, "", err
@@ -323,7 +323,7 @@ func (e *Executor) Containment() runbox.LifetimeContainment {
 // not an EOF: send Ctrl-D), and sizes from cmd.Resize are applied until Run
 // returns. Platforms without terminals return an error wrapping
 // [runbox.ErrProcessTTYUnsupported]; pipes never stand in for a terminal.
-// TermSize and Resize are ignored without TTY.
+// TermSize and Resize without TTY are refused (runbox.Command.Validate).
 func (e *Executor) Run(ctx context.Context, cmd runbox.Command, streams runbox.Streams) (runbox.Result, error) {
 	return runbox.RunLimited(ctx, cmd, streams, func(ctx context.Context, streams runbox.Streams) (runbox.Result, error) {
 		return e.run(ctx, cmd, streams)

@@ -84,3 +84,17 @@ func TestProcessAccessIsImmutable(t *testing.T) {
 	assert.Equal(t, []string{"/a", "/b"}, a.WritePaths())
 	assert.Empty(t, newProcessAccess(ProcessAccessBroadWrite, "/x").WritePaths())
 }
+
+// Terminal fields without a terminal are refused by Run, as by
+// PrepareProcess, rather than dropped.
+func TestRunRefusesTerminalFieldsWithoutTTY(t *testing.T) {
+	e := newExecutor(t)
+	for name, c := range map[string]runbox.Command{
+		"size":   {Args: []string{"true"}, TermSize: runbox.TermSize{Rows: 10, Cols: 10}},
+		"resize": {Args: []string{"true"}, Resize: make(chan runbox.TermSize)},
+	} {
+		res, err := e.Run(testCtx(t), c, runbox.Streams{})
+		assert.ErrorIs(t, err, runbox.ErrInvalidCommand, name)
+		assert.Equal(t, -1, res.ExitCode, name)
+	}
+}

@@ -43,7 +43,7 @@ type platform interface {
 	// startTree starts a spec's process (through the sandbox when the
 	// spec is confined) as the leader of a tree of its own.
 	startTree(spec *launchSpec, build func() *exec.Cmd, tty bool) (*exec.Cmd, *treeSys, error)
-	startPTY(spec *launchSpec, size TTYSize) (*Process, error)
+	startPTY(spec *launchSpec, size runbox.TermSize) (*Process, error)
 	plannedContainment() runbox.LifetimeContainment
 	// probeConfinement proves what the policy's sandbox enforces here.
 	probeConfinement() (runbox.Guarantees, error)
@@ -54,12 +54,12 @@ var (
 	_ platform   = (*Executor)(nil)
 
 	// The free functions each platform provides.
-	_ func(name string) string                        = envFallback
-	_ func(key string) string                         = envKey
-	_ func(command string) ([]string, string, error)  = shellArgv
-	_ func(file, dir, pathEnv string) (string, error) = lookPath
-	_ func(state *os.ProcessState) runbox.Result      = exitResult
-	_ func(master *os.File, size TTYSize) error       = resizePTY
-	_ func(w *os.File)                                = growPipe
-	_ func() error                                    = CloseInheritedOnExec
+	_ func(name string) string                          = envFallback
+	_ func(key string) string                           = envKey
+	_ func(command string) ([]string, string, error)    = shellArgv
+	_ func(file, dir, pathEnv string) (string, error)   = lookPath
+	_ func(state *os.ProcessState) runbox.Result        = exitResult
+	_ func(master *os.File, size runbox.TermSize) error = resizePTY
+	_ func(w *os.File)                                  = growPipe
+	_ func() error                                      = CloseInheritedOnExec
 )

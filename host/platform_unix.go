@@ -123,7 +123,7 @@ func sysProcAttr(tty bool) *syscall.SysProcAttr {
 
 // startPTY spawns spec with a new pseudo-terminal as stdin, stdout and
 // stderr.
-func (e *Executor) startPTY(spec *launchSpec, size TTYSize) (*Process, error) {
+func (e *Executor) startPTY(spec *launchSpec, size runbox.TermSize) (*Process, error) {
 	master, slave, err := pty.Open()
 	if err != nil {
 		return nil, fmt.Errorf("%w: pseudo-terminal: %w", runbox.ErrStart, err)
@@ -164,7 +164,7 @@ func (e *Executor) startPTY(spec *launchSpec, size TTYSize) (*Process, error) {
 // resizePTY sets the terminal size through the master. It goes through
 // SyscallConn rather than pty.Setsize, whose Fd call would switch the
 // master back to blocking mode.
-func resizePTY(master *os.File, size TTYSize) error {
+func resizePTY(master *os.File, size runbox.TermSize) error {
 	rc, err := master.SyscallConn()
 	if err != nil {
 		return err

@@ -287,11 +287,11 @@ func exitResult(state *os.ProcessState) runbox.Result {
 	return runbox.Result{ExitCode: state.ExitCode()}
 }
 
-func (e *Executor) startPTY(*launchSpec, TTYSize) (*Process, error) {
+func (e *Executor) startPTY(*launchSpec, runbox.TermSize) (*Process, error) {
 	return nil, runbox.ErrProcessTTYUnsupported
 }
 
-func resizePTY(*os.File, TTYSize) error { return runbox.ErrProcessTTYUnsupported }
+func resizePTY(*os.File, runbox.TermSize) error { return runbox.ErrProcessTTYUnsupported }
 
 // growPipe: Windows pipes keep their default size.
 func growPipe(*os.File) {}

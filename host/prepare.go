@@ -14,13 +14,9 @@ import (
 // already started or closed: a prepared process is single-use.
 var ErrPreparedProcessUsed = errors.New("host: prepared process already started or closed")
 
-// TTYSize is a terminal's size in character cells; it is the root
-// package's TermSize, so that one value serves both backends.
-type TTYSize = runbox.TermSize
-
-// defaultTTYSize is the terminal size used when no size is given: 24 rows
+// defaultTermSize is the terminal size used when no size is given: 24 rows
 // of 80 columns, the classic terminal.
-var defaultTTYSize = TTYSize{Rows: 24, Cols: 80}
+var defaultTermSize = runbox.TermSize{Rows: 24, Cols: 80}
 
 // ProcessOptions describes a streaming process for
 // [Executor.PrepareProcess]. Exactly one of Command and Argv must be set.
@@ -57,7 +53,7 @@ type PreparedProcess struct {
 	e      *Executor
 	spec   *launchSpec
 	tty    bool
-	size   TTYSize
+	size   runbox.TermSize
 	access ProcessAccess
 	g      runbox.Guarantees
 
@@ -87,23 +83,23 @@ func (e *Executor) PrepareProcess(ctx context.Context, o ProcessOptions) (*Prepa
 	hasCommand, hasArgv := o.Command != "", len(o.Args) > 0
 	switch {
 	case hasCommand && hasArgv:
-		return nil, fmt.Errorf("%w: Command and Argv are mutually exclusive", runbox.ErrInvalidCommand)
+		return nil, fmt.Errorf("%w: Command and Args are mutually exclusive", runbox.ErrInvalidCommand)
 	case !hasCommand && !hasArgv:
-		return nil, fmt.Errorf("%w: one of Command or Argv is required", runbox.ErrInvalidCommand)
+		return nil, fmt.Errorf("%w: one of Command or Args is required", runbox.ErrInvalidCommand)
 	}
 	if o.TTY && !ttySupported {
 		return nil, fmt.Errorf("%w: no pseudo-terminal on this platform", runbox.ErrProcessTTYUnsupported)
 	}
 	size := o.TermSize
-	if size != (TTYSize{}) {
+	if size != (runbox.TermSize{}) {
 		if !o.TTY {
-			return nil, fmt.Errorf("%w: TTYSize requires TTY", runbox.ErrInvalidCommand)
+			return nil, fmt.Errorf("%w: TermSize requires TTY", runbox.ErrInvalidCommand)
 		}
 		if size.Rows == 0 || size.Cols == 0 {
-			return nil, fmt.Errorf("%w: TTYSize %dx%d has a zero dimension", runbox.ErrInvalidCommand, size.Rows, size.Cols)
+			return nil, fmt.Errorf("%w: terminal size %dx%d has a zero dimension", runbox.ErrInvalidCommand, size.Rows, size.Cols)
 		}
 	} else {
-		size = defaultTTYSize
+		size = defaultTermSize
 	}
 	if hasArgv {
 		if err := (runbox.Command{Args: o.Args, Env: o.Env}).Validate(); err != nil {

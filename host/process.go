@@ -158,12 +158,12 @@ func (p *Process) Signal(sig runbox.ProcessSignal) error {
 // Resize changes the terminal size of a PTY-mode process; the kernel
 // notifies it with SIGWINCH. In pipe mode it returns an error wrapping
 // [runbox.ErrProcessTTYUnsupported].
-func (p *Process) Resize(size TTYSize) error {
+func (p *Process) Resize(size runbox.TermSize) error {
 	if p.mode != runbox.ProcessStreamModePTY {
 		return fmt.Errorf("%w: process has no terminal", runbox.ErrProcessTTYUnsupported)
 	}
 	if size.Rows == 0 || size.Cols == 0 {
-		return fmt.Errorf("%w: TTYSize %dx%d has a zero dimension", runbox.ErrInvalidCommand, size.Rows, size.Cols)
+		return fmt.Errorf("%w: terminal size %dx%d has a zero dimension", runbox.ErrInvalidCommand, size.Rows, size.Cols)
 	}
 	return resizePTY(p.master, size)
 }

@@ -76,8 +76,8 @@ func TestPrepareProcessValidation(t *testing.T) {
 		{"bad env", nil, ProcessOptions{Command: "true", Env: []string{"=x"}}, runbox.ErrInvalidCommand},
 		{"missing directory", nil, ProcessOptions{Command: "true", Directory: filepath.Join(file, "x")}, runbox.ErrInvalidCommand},
 		{"directory is a file", nil, ProcessOptions{Command: "true", Directory: file}, runbox.ErrInvalidCommand},
-		{"size without tty", nil, ProcessOptions{Command: "true", TermSize: TTYSize{Rows: 10, Cols: 10}}, runbox.ErrInvalidCommand},
-		{"zero dimension", nil, ProcessOptions{Command: "true", TTY: true, TermSize: TTYSize{Rows: 10}}, runbox.ErrInvalidCommand},
+		{"size without tty", nil, ProcessOptions{Command: "true", TermSize: runbox.TermSize{Rows: 10, Cols: 10}}, runbox.ErrInvalidCommand},
+		{"zero dimension", nil, ProcessOptions{Command: "true", TTY: true, TermSize: runbox.TermSize{Rows: 10}}, runbox.ErrInvalidCommand},
 		{"missing program", nil, ProcessOptions{Args: []string{"runbox-no-such-program-xyz"}}, runbox.ErrStart},
 		{"cancelled", cancelled, ProcessOptions{Command: "true"}, runbox.ErrCancelled},
 	}
@@ -189,7 +189,7 @@ func TestProcessPipesAreDistinct(t *testing.T) {
 	if res, err := p.Wait(testCtx(t)); err != nil || !res.Success() {
 		t.Fatalf("%+v %v", res, err)
 	}
-	if err := p.Resize(TTYSize{Rows: 1, Cols: 1}); !errors.Is(err, runbox.ErrProcessTTYUnsupported) {
+	if err := p.Resize(runbox.TermSize{Rows: 1, Cols: 1}); !errors.Is(err, runbox.ErrProcessTTYUnsupported) {
 		t.Fatalf("Resize in pipe mode: %v", err)
 	}
 }
@@ -351,7 +351,7 @@ func TestProcessTTY(t *testing.T) {
 	p := start(t, e, ProcessOptions{
 		Command:  `test -t 0 && test -t 1 && test -t 2 && echo tty-ok; echo "term=$TERM"; stty size`,
 		TTY:      true,
-		TermSize: TTYSize{Rows: 33, Cols: 101},
+		TermSize: runbox.TermSize{Rows: 33, Cols: 101},
 	})
 	if p.StreamMode() != runbox.ProcessStreamModePTY {
 		t.Fatalf("mode %v", p.StreamMode())
@@ -376,8 +376,8 @@ func TestProcessTTYResize(t *testing.T) {
 	e := newExecutor(t)
 	p := start(t, e, ProcessOptions{Command: `stty size; read x; stty size`, TTY: true})
 	r := bufio.NewReader(p.Stdout())
-	readUntil(t, r, fmt.Sprintf("%d %d", defaultTTYSize.Rows, defaultTTYSize.Cols))
-	if err := p.Resize(TTYSize{Rows: 50, Cols: 120}); err != nil {
+	readUntil(t, r, fmt.Sprintf("%d %d", defaultTermSize.Rows, defaultTermSize.Cols))
+	if err := p.Resize(runbox.TermSize{Rows: 50, Cols: 120}); err != nil {
 		t.Fatal(err)
 	}
 	io.WriteString(p.Stdin(), "go\n")
@@ -504,7 +504,7 @@ func TestRunTTYResizeAndStdin(t *testing.T) {
 			break
 		}
 		if !sent {
-			if l != fmt.Sprintf("size %d %d", defaultTTYSize.Rows, defaultTTYSize.Cols) {
+			if l != fmt.Sprintf("size %d %d", defaultTermSize.Rows, defaultTermSize.Cols) {
 				t.Fatalf("initial %q", l)
 			}
 			resize <- runbox.TermSize{Rows: 50, Cols: 120}

@@ -19,7 +19,7 @@ func (e *Executor) runTTY(ctx context.Context, cmd runbox.Command, streams runbo
 	if !ttySupported {
 		return failed, fmt.Errorf("%w: no pseudo-terminal on this platform", runbox.ErrProcessTTYUnsupported)
 	}
-	size, err := ttySize(TTYSize(cmd.TermSize))
+	size, err := ttySize(cmd.TermSize)
 	if err != nil {
 		return failed, err
 	}
@@ -72,7 +72,7 @@ func (e *Executor) runTTY(ctx context.Context, cmd runbox.Command, streams runbo
 						return
 					}
 					if sz.Rows > 0 && sz.Cols > 0 {
-						_ = p.Resize(TTYSize(sz))
+						_ = p.Resize(sz)
 					}
 				}
 			}
@@ -112,12 +112,12 @@ func (e *Executor) runTTY(ctx context.Context, cmd runbox.Command, streams runbo
 
 // ttySize applies the default to a zero size and rejects a size with only
 // one dimension.
-func ttySize(s TTYSize) (TTYSize, error) {
+func ttySize(s runbox.TermSize) (runbox.TermSize, error) {
 	switch {
-	case s == TTYSize{}:
-		return defaultTTYSize, nil
+	case s == runbox.TermSize{}:
+		return defaultTermSize, nil
 	case s.Rows == 0 || s.Cols == 0:
-		return TTYSize{}, fmt.Errorf("%w: terminal size %dx%d has a zero dimension", runbox.ErrInvalidCommand, s.Rows, s.Cols)
+		return runbox.TermSize{}, fmt.Errorf("%w: terminal size %dx%d has a zero dimension", runbox.ErrInvalidCommand, s.Rows, s.Cols)
 	}
 	return s, nil
 }
