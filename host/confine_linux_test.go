@@ -349,9 +349,7 @@ func TestConfinedTTY(t *testing.T) {
 
 func TestConfinedCgroupPlacement(t *testing.T) {
 	e := confined(t, Policy{})
-	if e.sys.pool == nil {
-		t.Fatal("this host has a writable cgroup v2 hierarchy; the probe found none")
-	}
+	require.NotNil(t, e.sys.pool, "this host has a writable cgroup v2 hierarchy; the probe found none")
 	assert.Contains(t, e.Guarantees().Mechanisms, "cgroup")
 	pp, err := e.PrepareProcess(testCtx(t), ProcessOptions{Command: "echo ready; exec sleep 1000"})
 	require.NoError(t, err)

@@ -127,7 +127,7 @@ func limitDir(t *testing.T, p *Process, file string) string {
 			return d
 		}
 	}
-	t.Fatalf("no limit group with %s", file)
+	require.Fail(t, "no limit group", "with %s", file)
 	return ""
 }
 
@@ -144,7 +144,7 @@ func readCounter(t *testing.T, dir, file, key string) int64 {
 			return n
 		}
 	}
-	t.Fatalf("%s/%s has no %q: %q", dir, file, key, b)
+	require.Fail(t, "key missing", "%s/%s has no %q: %q", dir, file, key, b)
 	return 0
 }
 

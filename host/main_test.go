@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
 
@@ -66,13 +68,9 @@ func runHelper(mode string) int {
 func newExecutor(t testing.TB, opts ...Option) *Executor {
 	t.Helper()
 	e, err := New(opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() {
-		if err := e.Close(); err != nil {
-			t.Errorf("Executor.Close: %v", err)
-		}
+		assert.NoError(t, e.Close(), "Executor.Close")
 	})
 	return e
 }

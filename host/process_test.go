@@ -18,6 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/runbox-dev/runbox"
 )
 
@@ -25,17 +28,11 @@ import (
 func start(t *testing.T, e *Executor, o ProcessOptions) *Process {
 	t.Helper()
 	pp, err := e.PrepareProcess(testCtx(t), o)
-	if err != nil {
-		t.Fatalf("PrepareProcess: %v", err)
-	}
+	require.NoError(t, err, "PrepareProcess")
 	p, err := pp.Start(testCtx(t))
-	if err != nil {
-		t.Fatalf("Start: %v", err)
-	}
+	require.NoError(t, err, "Start")
 	t.Cleanup(func() {
-		if err := p.Close(context.Background()); err != nil {
-			t.Errorf("Close: %v", err)
-		}
+		assert.NoError(t, p.Close(context.Background()), "Close")
 	})
 	return p
 }
@@ -48,9 +45,7 @@ func readUntil(t *testing.T, r *bufio.Reader, want string) string {
 	for !strings.Contains(got.String(), want) {
 		n, err := r.Read(buf)
 		got.Write(buf[:n])
-		if err != nil {
-			t.Fatalf("waiting for %q: %v (got %q)", want, err, got.String())
-		}
+		require.NoError(t, err, "waiting for %q: %v (got %q)", want, err, got.String())
 	}
 	return got.String()
 }
@@ -58,9 +53,7 @@ func readUntil(t *testing.T, r *bufio.Reader, want string) string {
 func TestPrepareProcessValidation(t *testing.T) {
 	e := newExecutor(t)
 	file := filepath.Join(t.TempDir(), "file")
-	if err := os.WriteFile(file, nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(file, nil, 0o644))
 	cancelled, cancel := context.WithCancel(context.Background())
 	cancel()
 	cases := []struct {
@@ -87,9 +80,8 @@ func TestPrepareProcessValidation(t *testing.T) {
 			ctx = testCtx(t)
 		}
 		pp, err := e.PrepareProcess(ctx, c.o)
-		if !errors.Is(err, c.want) || pp != nil {
-			t.Errorf("%s: %v, want %v", c.name, err, c.want)
-		}
+		assert.ErrorIs(t, err, c.want, "%s: %v, want %v", c.name, err, c.want)
+		assert.Nil(t, pp, "%s: %v, want %v", c.name, err, c.want)
 	}
 }
 
@@ -100,98 +92,73 @@ func TestPrepareProcessSpawnsNothing(t *testing.T) {
 	o := ProcessOptions{Directory: dir, Command: "touch marker"}
 
 	pp, err := e.PrepareProcess(testCtx(t), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("preparation ran the command: %v", err)
-	}
-	if err := pp.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pp.Start(testCtx(t)); !errors.Is(err, ErrPreparedProcessUsed) {
-		t.Fatalf("Start after Close: %v", err)
-	}
-	if _, err := os.Stat(marker); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("a closed prepared process ran: %v", err)
-	}
+	require.NoError(t, err)
+	_, err = os.Stat(marker)
+	require.ErrorIs(t, err, os.ErrNotExist, "preparation ran the command")
+	require.NoError(t, pp.Close())
+	_, err = pp.Start(testCtx(t))
+	require.ErrorIs(t, err, ErrPreparedProcessUsed, "Start after Close")
+	_, err = os.Stat(marker)
+	require.ErrorIs(t, err, os.ErrNotExist, "a closed prepared process ran")
 
 	// The same options, started, do run: the checks above can fail.
 	p := start(t, e, o)
-	if res, err := p.Wait(testCtx(t)); err != nil || !res.Success() {
-		t.Fatalf("%+v %v", res, err)
-	}
-	if _, err := os.Stat(marker); err != nil {
-		t.Fatal(err)
-	}
+	res, err := p.Wait(testCtx(t))
+	require.NoError(t, err, "%+v %v", res, err)
+	require.True(t, res.Success(), "%+v %v", res, err)
+	_, err = os.Stat(marker)
+	require.NoError(t, err)
 }
 
 func TestPreparedProcessIsSingleUse(t *testing.T) {
 	e := newExecutor(t)
 	pp, err := e.PrepareProcess(testCtx(t), ProcessOptions{Args: []string{"cat"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	p, err := pp.Start(testCtx(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer p.Close(context.Background())
-	if _, err := pp.Start(testCtx(t)); !errors.Is(err, ErrPreparedProcessUsed) {
-		t.Fatalf("second Start: %v", err)
-	}
+	_, err = pp.Start(testCtx(t))
+	require.ErrorIs(t, err, ErrPreparedProcessUsed, "second Start")
 	// Close after Start is a no-op: the process keeps running.
-	if err := pp.Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, pp.Close())
 	io.WriteString(p.Stdin(), "still here\n")
 	p.Stdin().Close()
 	out, _ := io.ReadAll(p.Stdout())
-	if string(out) != "still here\n" {
-		t.Fatalf("stdout %q", out)
-	}
-	if res, err := p.Wait(testCtx(t)); err != nil || !res.Success() {
-		t.Fatalf("%+v %v", res, err)
-	}
+	require.Equal(t, "still here\n", string(out), "stdout %q", out)
+	res, err := p.Wait(testCtx(t))
+	require.NoError(t, err, "%+v %v", res, err)
+	require.True(t, res.Success(), "%+v %v", res, err)
 }
 
 func TestEffectiveAccessIsFrozenCopy(t *testing.T) {
 	e := newExecutor(t)
 	pp, err := e.PrepareProcess(testCtx(t), ProcessOptions{Command: "true"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer pp.Close()
 	a := pp.EffectiveAccess()
-	if a.Kind() != ProcessAccessBroadWrite || len(a.WritePaths()) != 0 {
-		t.Fatalf("access %v %v", a.Kind(), a.WritePaths())
-	}
-	if b := pp.EffectiveAccess(); b.Kind() != a.Kind() || len(b.WritePaths()) != 0 {
-		t.Fatalf("access changed between calls: %v", b.Kind())
-	}
+	require.Equal(t, ProcessAccessBroadWrite, a.Kind(), "access %v %v", a.Kind(), a.WritePaths())
+	require.Empty(t, a.WritePaths(), "access %v %v", a.Kind(), a.WritePaths())
+	b := pp.EffectiveAccess()
+	require.Equal(t, a.Kind(), b.Kind(), "access changed between calls: %v", b.Kind())
+	require.Empty(t, b.WritePaths(), "access changed between calls: %v", b.Kind())
 }
 
 func TestProcessPipesAreDistinct(t *testing.T) {
 	e := newExecutor(t)
 	p := start(t, e, ProcessOptions{Command: `test -t 0 || test -t 1 || test -t 2 || echo no-tty; echo to-err >&2`})
-	if p.StreamMode() != runbox.ProcessStreamModePipes {
-		t.Fatalf("mode %v", p.StreamMode())
-	}
+	require.Equal(t, runbox.ProcessStreamModePipes, p.StreamMode(), "mode %v", p.StreamMode())
 	var wg sync.WaitGroup
 	var stdout, stderr []byte
 	wg.Add(2)
 	go func() { defer wg.Done(); stdout, _ = io.ReadAll(p.Stdout()) }()
 	go func() { defer wg.Done(); stderr, _ = io.ReadAll(p.Stderr()) }()
 	wg.Wait()
-	if string(stdout) != "no-tty\n" || string(stderr) != "to-err\n" {
-		t.Fatalf("stdout %q stderr %q", stdout, stderr)
-	}
-	if res, err := p.Wait(testCtx(t)); err != nil || !res.Success() {
-		t.Fatalf("%+v %v", res, err)
-	}
-	if err := p.Resize(runbox.TermSize{Rows: 1, Cols: 1}); !errors.Is(err, runbox.ErrProcessTTYUnsupported) {
-		t.Fatalf("Resize in pipe mode: %v", err)
-	}
+	require.Equal(t, "no-tty\n", string(stdout), "stdout %q stderr %q", stdout, stderr)
+	require.Equal(t, "to-err\n", string(stderr), "stdout %q stderr %q", stdout, stderr)
+	res, err := p.Wait(testCtx(t))
+	require.NoError(t, err, "%+v %v", res, err)
+	require.True(t, res.Success(), "%+v %v", res, err)
+	require.ErrorIs(t, p.Resize(runbox.TermSize{Rows: 1, Cols: 1}), runbox.ErrProcessTTYUnsupported, "Resize in pipe mode")
 }
 
 func TestProcessStdinConcurrentWriters(t *testing.T) {
@@ -214,20 +181,16 @@ func TestProcessStdinConcurrentWriters(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range each {
-				if _, err := io.WriteString(p.Stdin(), chunk(w, i)); err != nil {
-					t.Errorf("write: %v", err)
+				if _, err := io.WriteString(p.Stdin(), chunk(w, i)); !assert.NoError(t, err, "write") {
 					return
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	if err := p.Stdin().Close(); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := p.Stdin().Write([]byte("late")); !errors.Is(err, runbox.ErrProcessStdinClosed) {
-		t.Fatalf("write after Close: %v", err)
-	}
+	require.NoError(t, p.Stdin().Close())
+	_, err := p.Stdin().Write([]byte("late"))
+	require.ErrorIs(t, err, runbox.ErrProcessStdinClosed, "write after Close")
 	<-readDone
 	want := map[string]bool{}
 	for w := range writers {
@@ -237,18 +200,14 @@ func TestProcessStdinConcurrentWriters(t *testing.T) {
 	}
 	lines := strings.SplitAfter(string(out), "\n")
 	lines = lines[:len(lines)-1] // after the final newline
-	if len(lines) != writers*each {
-		t.Fatalf("got %d lines, want %d", len(lines), writers*each)
-	}
+	require.Len(t, lines, writers*each, "got %d lines, want %d", len(lines), writers*each)
 	for _, l := range lines {
-		if !want[l] {
-			t.Fatalf("interleaved or corrupt line %.40q", l)
-		}
+		require.True(t, want[l], "interleaved or corrupt line %.40q", l)
 		delete(want, l)
 	}
-	if res, err := p.Wait(testCtx(t)); err != nil || !res.Success() {
-		t.Fatalf("%+v %v", res, err)
-	}
+	res, err := p.Wait(testCtx(t))
+	require.NoError(t, err, "%+v %v", res, err)
+	require.True(t, res.Success(), "%+v %v", res, err)
 }
 
 func TestProcessWaitIsSharedAndCancellable(t *testing.T) {
@@ -257,33 +216,29 @@ func TestProcessWaitIsSharedAndCancellable(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(testCtx(t))
 	cancel()
-	if res, err := p.Wait(ctx); !errors.Is(err, runbox.ErrCancelled) || !errors.Is(err, context.Canceled) || res.ExitCode != -1 {
-		t.Fatalf("cancelled Wait: %+v %v", res, err)
-	}
+	res, err := p.Wait(ctx)
+	require.ErrorIs(t, err, runbox.ErrCancelled, "cancelled Wait: %+v %v", res, err)
+	require.ErrorIs(t, err, context.Canceled, "cancelled Wait: %+v %v", res, err)
+	require.EqualValues(t, -1, res.ExitCode, "cancelled Wait: %+v %v", res, err)
 	// The cancelled Wait did not touch the process: it still reads its
 	// input and exits with its own status.
 	results := make(chan runbox.Result, 4)
 	for range 4 {
 		go func() {
 			res, err := p.Wait(testCtx(t))
-			if err != nil {
-				t.Errorf("Wait: %v", err)
-			}
+			assert.NoError(t, err, "Wait")
 			results <- res
 		}()
 	}
 	io.WriteString(p.Stdin(), "go\n")
 	for range 4 {
-		if res := <-results; res != (runbox.Result{ExitCode: 7}) {
-			t.Fatalf("Result %+v, want exit 7", res)
-		}
+		require.Equal(t, runbox.Result{ExitCode: 7}, <-results)
 	}
-	if res, err := p.Wait(testCtx(t)); err != nil || res.ExitCode != 7 {
-		t.Fatalf("cached Result %+v %v", res, err)
-	}
-	if err := p.Signal(runbox.ProcessSignalKill); !errors.Is(err, os.ErrProcessDone) {
-		t.Fatalf("Signal after exit: %v", err)
-	}
+	res, err = p.Wait(testCtx(t))
+	require.NoError(t, err, "cached Result %+v %v", res, err)
+	require.EqualValues(t, 7, res.ExitCode, "cached Result %+v %v", res, err)
+	err = p.Signal(runbox.ProcessSignalKill)
+	require.ErrorIs(t, err, os.ErrProcessDone, "Signal after exit")
 }
 
 func TestProcessSignals(t *testing.T) {
@@ -303,22 +258,17 @@ func TestProcessSignals(t *testing.T) {
 			}
 			p := start(t, e, ProcessOptions{Command: "echo ready; exec sleep 1000"})
 			readUntil(t, bufio.NewReader(p.Stdout()), "ready")
-			if err := p.Signal(c.sig); err != nil {
-				t.Fatal(err)
-			}
+			require.NoError(t, p.Signal(c.sig))
 			res, err := p.Wait(testCtx(t))
-			if err != nil || res != c.want {
-				t.Fatalf("%+v %v, want %+v", res, err, c.want)
-			}
-			if n := p.p.escalations.Load(); n != 0 {
-				t.Fatalf("%d escalations, want none", n)
-			}
+			require.NoError(t, err, "%+v %v, want %+v", res, err, c.want)
+			require.Equal(t, c.want, res, "%+v %v, want %+v", res, err, c.want)
+			n := p.p.escalations.Load()
+			require.EqualValues(t, 0, n, "%d escalations, want none", n)
 		})
 	}
 	p := start(t, e, ProcessOptions{Args: []string{"cat"}})
-	if err := p.Signal(runbox.ProcessSignal(99)); !errors.Is(err, runbox.ErrProcessSignalUnsupported) {
-		t.Fatalf("unknown signal: %v", err)
-	}
+	err := p.Signal(runbox.ProcessSignal(99))
+	require.ErrorIs(t, err, runbox.ErrProcessSignalUnsupported, "unknown signal")
 }
 
 func TestTerminateEscalatesExactlyOnce(t *testing.T) {
@@ -331,19 +281,17 @@ func TestTerminateEscalatesExactlyOnce(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := p.Signal(runbox.ProcessSignalTerminate); err != nil && !errors.Is(err, os.ErrProcessDone) {
-				t.Errorf("Terminate: %v", err)
+			if err := p.Signal(runbox.ProcessSignalTerminate); !errors.Is(err, os.ErrProcessDone) {
+				assert.NoError(t, err, "Terminate")
 			}
 		}()
 	}
 	wg.Wait()
 	res, err := p.Wait(testCtx(t))
-	if err != nil || res.Signal != "SIGKILL" {
-		t.Fatalf("%+v %v, want death by SIGKILL", res, err)
-	}
-	if n := p.p.escalations.Load(); n != 1 {
-		t.Fatalf("%d escalations, want exactly 1", n)
-	}
+	require.NoError(t, err, "%+v %v, want death by SIGKILL", res, err)
+	require.Equal(t, "SIGKILL", res.Signal, "%+v %v, want death by SIGKILL", res, err)
+	n := p.p.escalations.Load()
+	require.EqualValues(t, 1, n, "%d escalations, want exactly 1", n)
 }
 
 func TestProcessTTY(t *testing.T) {
@@ -353,23 +301,19 @@ func TestProcessTTY(t *testing.T) {
 		TTY:      true,
 		TermSize: runbox.TermSize{Rows: 33, Cols: 101},
 	})
-	if p.StreamMode() != runbox.ProcessStreamModePTY {
-		t.Fatalf("mode %v", p.StreamMode())
-	}
+	require.Equal(t, runbox.ProcessStreamModePTY, p.StreamMode(), "mode %v", p.StreamMode())
 	out, err := io.ReadAll(p.Stdout())
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	s := strings.ReplaceAll(string(out), "\r\n", "\n")
-	if !strings.Contains(s, "tty-ok\n") || !strings.Contains(s, "33 101\n") || strings.Contains(s, "term=\n") {
-		t.Fatalf("terminal output %q", s)
-	}
-	if n, err := p.Stderr().Read(make([]byte, 1)); n != 0 || err != io.EOF {
-		t.Fatalf("Stderr in PTY mode: %d %v", n, err)
-	}
-	if res, err := p.Wait(testCtx(t)); err != nil || !res.Success() {
-		t.Fatalf("%+v %v", res, err)
-	}
+	require.Contains(t, s, "tty-ok\n", "terminal output %q", s)
+	require.Contains(t, s, "33 101\n", "terminal output %q", s)
+	require.NotContains(t, s, "term=\n", "terminal output %q", s)
+	n, err := p.Stderr().Read(make([]byte, 1))
+	require.EqualValues(t, 0, n, "Stderr in PTY mode: %d %v", n, err)
+	require.Equal(t, io.EOF, err, "Stderr in PTY mode: %d %v", n, err)
+	res, err := p.Wait(testCtx(t))
+	require.NoError(t, err, "%+v %v", res, err)
+	require.True(t, res.Success(), "%+v %v", res, err)
 }
 
 func TestProcessTTYResize(t *testing.T) {
@@ -377,14 +321,12 @@ func TestProcessTTYResize(t *testing.T) {
 	p := start(t, e, ProcessOptions{Command: `stty size; read x; stty size`, TTY: true})
 	r := bufio.NewReader(p.Stdout())
 	readUntil(t, r, fmt.Sprintf("%d %d", defaultTermSize.Rows, defaultTermSize.Cols))
-	if err := p.Resize(runbox.TermSize{Rows: 50, Cols: 120}); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, p.Resize(runbox.TermSize{Rows: 50, Cols: 120}))
 	io.WriteString(p.Stdin(), "go\n")
 	readUntil(t, r, "50 120")
-	if res, err := p.Wait(testCtx(t)); err != nil || !res.Success() {
-		t.Fatalf("%+v %v", res, err)
-	}
+	res, err := p.Wait(testCtx(t))
+	require.NoError(t, err, "%+v %v", res, err)
+	require.True(t, res.Success(), "%+v %v", res, err)
 }
 
 func TestProcessTTYStdinCloseIsEOF(t *testing.T) {
@@ -393,16 +335,13 @@ func TestProcessTTYStdinCloseIsEOF(t *testing.T) {
 	r := bufio.NewReader(p.Stdout())
 	io.WriteString(p.Stdin(), "hello\n")
 	readUntil(t, r, "hello")
-	if err := p.Stdin().Close(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, p.Stdin().Close())
 	readUntil(t, r, "cat-done")
-	if _, err := p.Stdin().Write([]byte("x")); !errors.Is(err, runbox.ErrProcessStdinClosed) {
-		t.Fatalf("write after Close: %v", err)
-	}
-	if res, err := p.Wait(testCtx(t)); err != nil || !res.Success() {
-		t.Fatalf("%+v %v", res, err)
-	}
+	_, err := p.Stdin().Write([]byte("x"))
+	require.ErrorIs(t, err, runbox.ErrProcessStdinClosed, "write after Close")
+	res, err := p.Wait(testCtx(t))
+	require.NoError(t, err, "%+v %v", res, err)
+	require.True(t, res.Success(), "%+v %v", res, err)
 }
 
 func TestProcessCloseKillsAndIsIdempotent(t *testing.T) {
@@ -410,22 +349,15 @@ func TestProcessCloseKillsAndIsIdempotent(t *testing.T) {
 	p := start(t, e, ProcessOptions{Command: "echo ready; exec sleep 1000"})
 	r := bufio.NewReader(p.Stdout())
 	readUntil(t, r, "ready")
-	if err := p.Close(testCtx(t)); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Close(testCtx(t)); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, p.Close(testCtx(t)))
+	require.NoError(t, p.Close(testCtx(t)))
 	res, err := p.Wait(testCtx(t))
-	if err != nil || res.Signal != "SIGKILL" {
-		t.Fatalf("%+v %v", res, err)
-	}
-	if _, err := p.Stdin().Write([]byte("x")); !errors.Is(err, runbox.ErrProcessStdinClosed) {
-		t.Fatalf("stdin after Close: %v", err)
-	}
-	if _, err := r.Read(make([]byte, 1)); err == nil {
-		t.Fatal("stdout still readable after Close")
-	}
+	require.NoError(t, err, "%+v %v", res, err)
+	require.Equal(t, "SIGKILL", res.Signal, "%+v %v", res, err)
+	_, err = p.Stdin().Write([]byte("x"))
+	require.ErrorIs(t, err, runbox.ErrProcessStdinClosed, "stdin after Close")
+	_, err = r.Read(make([]byte, 1))
+	require.Error(t, err, "stdout still readable after Close")
 }
 
 func TestTTYEnvironmentHasTERM(t *testing.T) {
@@ -433,9 +365,7 @@ func TestTTYEnvironmentHasTERM(t *testing.T) {
 	t.Setenv("TERM", "")
 	p := start(t, e, ProcessOptions{Args: []string{"env"}, TTY: true})
 	out, _ := io.ReadAll(p.Stdout())
-	if !bytes.Contains(out, []byte("TERM=xterm")) {
-		t.Fatalf("no TERM fallback in a terminal: %q", out)
-	}
+	require.Contains(t, string(out), "TERM=xterm", "no TERM fallback in a terminal")
 }
 
 func TestRunTTY(t *testing.T) {
@@ -446,18 +376,14 @@ func TestRunTTY(t *testing.T) {
 		TTY:      true,
 		TermSize: runbox.TermSize{Rows: 40, Cols: 100},
 	}, runbox.Streams{Stdout: &out})
-	if err != nil || !res.Success() {
-		t.Fatalf("%+v %v", res, err)
-	}
+	require.NoError(t, err, "%+v %v", res, err)
+	require.True(t, res.Success(), "%+v %v", res, err)
 	s := strings.ReplaceAll(out.String(), "\r\n", "\n")
 	for _, want := range []string{"tty-ok\n", "to-stderr\n", "40 100\n"} {
-		if !strings.Contains(s, want) {
-			t.Fatalf("terminal output %q lacks %q", s, want)
-		}
+		require.Contains(t, s, want, "terminal output %q lacks %q", s, want)
 	}
-	if _, err := e.Run(testCtx(t), runbox.Command{Args: []string{"true"}, TTY: true, TermSize: runbox.TermSize{Rows: 3}}, runbox.Streams{}); !errors.Is(err, runbox.ErrInvalidCommand) {
-		t.Fatalf("half a terminal size: %v", err)
-	}
+	_, err = e.Run(testCtx(t), runbox.Command{Args: []string{"true"}, TTY: true, TermSize: runbox.TermSize{Rows: 3}}, runbox.Streams{})
+	require.ErrorIs(t, err, runbox.ErrInvalidCommand, "half a terminal size")
 }
 
 func TestRunTTYResizeAndStdin(t *testing.T) {
@@ -504,9 +430,7 @@ func TestRunTTYResizeAndStdin(t *testing.T) {
 			break
 		}
 		if !sent {
-			if l != fmt.Sprintf("size %d %d", defaultTermSize.Rows, defaultTermSize.Cols) {
-				t.Fatalf("initial %q", l)
-			}
+			require.Equal(t, fmt.Sprintf("size %d %d", defaultTermSize.Rows, defaultTermSize.Cols), l, "initial %q", l)
 			resize <- runbox.TermSize{Rows: 50, Cols: 120}
 			sent = true
 		}
@@ -517,9 +441,8 @@ func TestRunTTYResizeAndStdin(t *testing.T) {
 	// delay); ending it lets the copier finish at once.
 	stdinW.Close()
 	o := <-done
-	if o.err != nil || !o.res.Success() {
-		t.Fatalf("%+v %v", o.res, o.err)
-	}
+	require.Nil(t, o.err, "%+v %v", o.res, o.err)
+	require.True(t, o.res.Success(), "%+v %v", o.res, o.err)
 }
 
 func TestRunTTYCancelled(t *testing.T) {
@@ -531,7 +454,7 @@ func TestRunTTYCancelled(t *testing.T) {
 		}
 	}}
 	res, err := e.Run(ctx, runbox.Command{Args: []string{"sh", "-c", "echo ready; exec sleep 1000"}, TTY: true}, runbox.Streams{Stdout: w})
-	if !errors.Is(err, runbox.ErrCancelled) || !errors.Is(err, context.Canceled) || res.ExitCode != -1 {
-		t.Fatalf("%+v %v", res, err)
-	}
+	require.ErrorIs(t, err, runbox.ErrCancelled, "%+v %v", res, err)
+	require.ErrorIs(t, err, context.Canceled, "%+v %v", res, err)
+	require.EqualValues(t, -1, res.ExitCode, "%+v %v", res, err)
 }

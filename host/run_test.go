@@ -18,6 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/runbox-dev/runbox"
 )
 
@@ -25,30 +28,22 @@ func TestRunArgvPassesMetacharactersLiterally(t *testing.T) {
 	e := newExecutor(t)
 	arg := `$HOME; echo pwned | cat && $(id) "q" 'x' * ? > /dev/null`
 	out, code, err := e.RunArgv(testCtx(t), "", []string{"printf", "%s\n", arg})
-	if err != nil || code != 0 {
-		t.Fatalf("RunArgv: code %d err %v", code, err)
-	}
-	if got := string(out); got != arg+"\n" {
-		t.Fatalf("argument was not passed literally:\n got %q\nwant %q", got, arg+"\n")
-	}
+	require.NoError(t, err, "RunArgv: code %d err %v", code, err)
+	require.EqualValues(t, 0, code, "RunArgv: code %d err %v", code, err)
+	got := string(out)
+	require.Equal(t, arg+"\n", got, "argument was not passed literally:\n got %q\nwant %q", got, arg+"\n")
 }
 
 func TestRunCommandUsesShell(t *testing.T) {
 	e := newExecutor(t)
 	out, code, err := e.RunCommand(testCtx(t), "", `x=shell; echo "$x"; echo err >&2; exit 3`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if code != 3 {
-		t.Fatalf("code %d, want 3", code)
-	}
-	if string(out) != "shell\nerr\n" {
-		t.Fatalf("combined output %q", out)
-	}
+	require.NoError(t, err)
+	require.EqualValues(t, 3, code, "code %d, want 3", code)
+	require.Equal(t, "shell\nerr\n", string(out), "combined output %q", out)
 	for _, bad := range []string{"", "   ", "a\x00b"} {
-		if _, code, err := e.RunCommand(testCtx(t), "", bad); !errors.Is(err, runbox.ErrInvalidCommand) || code != -1 {
-			t.Errorf("RunCommand(%q): code %d err %v, want ErrInvalidCommand", bad, code, err)
-		}
+		_, code, err := e.RunCommand(testCtx(t), "", bad)
+		assert.ErrorIs(t, err, runbox.ErrInvalidCommand, "RunCommand(%q): code %d err %v, want ErrInvalidCommand", bad, code, err)
+		assert.EqualValues(t, -1, code, "RunCommand(%q): code %d err %v, want ErrInvalidCommand", bad, code, err)
 	}
 }
 
@@ -56,12 +51,9 @@ func TestRunArgvExitCodesAreNotErrors(t *testing.T) {
 	e := newExecutor(t)
 	for _, want := range []int{0, 1, 42} {
 		out, code, err := e.RunArgv(testCtx(t), "", []string{"sh", "-c", `echo out; echo err >&2; exit "$1"`, "sh", strconv.Itoa(want)})
-		if err != nil {
-			t.Fatalf("exit %d: %v", want, err)
-		}
-		if code != want || string(out) != "out\nerr\n" {
-			t.Fatalf("exit %d: got code %d output %q", want, code, out)
-		}
+		require.NoError(t, err, "exit %d: %v", want, err)
+		require.Equal(t, want, code, "exit %d: got code %d output %q", want, code, out)
+		require.Equal(t, "out\nerr\n", string(out), "exit %d: got code %d output %q", want, code, out)
 	}
 }
 
@@ -75,9 +67,9 @@ func TestConcurrentRuns(t *testing.T) {
 			for i := range 5 {
 				want := fmt.Sprintf("g%d-i%d", g, i)
 				out, code, err := e.RunArgv(testCtx(t), "", []string{"echo", want})
-				if err != nil || code != 0 || string(out) != want+"\n" {
-					t.Errorf("%s: %q %d %v", want, out, code, err)
-				}
+				assert.NoError(t, err, "%s: %q %d %v", want, out, code, err)
+				assert.EqualValues(t, 0, code, "%s: %q %d %v", want, out, code, err)
+				assert.Equal(t, want+"\n", string(out), "%s: %q %d %v", want, out, code, err)
 			}
 		}()
 	}
@@ -88,31 +80,23 @@ func TestRunArgvUsesDirectory(t *testing.T) {
 	e := newExecutor(t)
 	dir := t.TempDir()
 	out, code, err := e.RunArgv(testCtx(t), dir, []string{"pwd", "-P"})
-	if err != nil || code != 0 {
-		t.Fatalf("code %d err %v", code, err)
-	}
+	require.NoError(t, err, "code %d err %v", code, err)
+	require.EqualValues(t, 0, code, "code %d err %v", code, err)
 	want, _ := filepath.EvalSymlinks(dir)
-	if strings.TrimSpace(string(out)) != want {
-		t.Fatalf("pwd %q, want %q", out, want)
-	}
+	require.Equal(t, want, strings.TrimSpace(string(out)), "pwd %q, want %q", out, want)
 	// A relative program path is taken relative to dir.
 	script := filepath.Join(dir, "hello.sh")
-	if err := os.WriteFile(script, []byte("#!/bin/sh\necho relative\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(script, []byte("#!/bin/sh\necho relative\n"), 0o755))
 	out, _, err = e.RunArgv(testCtx(t), dir, []string{"./hello.sh"})
-	if err != nil || string(out) != "relative\n" {
-		t.Fatalf("relative program: %q %v", out, err)
-	}
+	require.NoError(t, err, "relative program: %q %v", out, err)
+	require.Equal(t, "relative\n", string(out), "relative program: %q %v", out, err)
 }
 
 func TestRunArgvStartFailures(t *testing.T) {
 	e := newExecutor(t)
 	dir := t.TempDir()
 	notExec := filepath.Join(dir, "data")
-	if err := os.WriteFile(notExec, []byte("x"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(notExec, []byte("x"), 0o644))
 	cases := map[string]struct {
 		dir  string
 		argv []string
@@ -125,14 +109,14 @@ func TestRunArgvStartFailures(t *testing.T) {
 	}
 	for name, c := range cases {
 		out, code, err := e.RunArgv(testCtx(t), c.dir, c.argv)
-		if !errors.Is(err, runbox.ErrStart) || code != -1 || len(out) != 0 {
-			t.Errorf("%s: out %q code %d err %v, want ErrStart and -1", name, out, code, err)
-		}
+		assert.ErrorIs(t, err, runbox.ErrStart, "%s: out %q code %d err %v, want ErrStart and -1", name, out, code, err)
+		assert.EqualValues(t, -1, code, "%s: out %q code %d err %v, want ErrStart and -1", name, out, code, err)
+		assert.Empty(t, out, "%s: out %q code %d err %v, want ErrStart and -1", name, out, code, err)
 	}
 	for _, argv := range [][]string{nil, {""}, {"a\x00"}} {
-		if _, code, err := e.RunArgv(testCtx(t), "", argv); !errors.Is(err, runbox.ErrInvalidCommand) || code != -1 {
-			t.Errorf("argv %q: code %d err %v, want ErrInvalidCommand", argv, code, err)
-		}
+		_, code, err := e.RunArgv(testCtx(t), "", argv)
+		assert.ErrorIs(t, err, runbox.ErrInvalidCommand, "argv %q: code %d err %v, want ErrInvalidCommand", argv, code, err)
+		assert.EqualValues(t, -1, code, "argv %q: code %d err %v, want ErrInvalidCommand", argv, code, err)
 	}
 }
 
@@ -141,24 +125,17 @@ func TestSignalDeath(t *testing.T) {
 	script := `echo before; kill -TERM $$; echo after`
 	// The output helpers: an error, code -1, output so far.
 	out, code, err := e.RunCommand(testCtx(t), "", script)
-	if !errors.Is(err, ErrSignaled) || code != -1 || string(out) != "before\n" {
-		t.Fatalf("RunCommand: out %q code %d err %v", out, code, err)
-	}
-	if !strings.Contains(err.Error(), "SIGTERM") {
-		t.Errorf("error %q does not name the signal", err)
-	}
+	require.ErrorIs(t, err, ErrSignaled, "RunCommand: out %q code %d err %v", out, code, err)
+	require.EqualValues(t, -1, code, "RunCommand: out %q code %d err %v", out, code, err)
+	require.Equal(t, "before\n", string(out), "RunCommand: out %q code %d err %v", out, code, err)
+	assert.Contains(t, err.Error(), "SIGTERM", "error %q does not name the signal", err)
 	// runbox.Process: a Result with the signal, as a shell reports it.
 	var buf bytes.Buffer
 	res, err := e.Run(testCtx(t), runbox.ShellCommand(script), runbox.Streams{Stdout: &buf})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if res != (runbox.Result{ExitCode: 128 + 15, Signal: "SIGTERM"}) || res.Success() {
-		t.Fatalf("Result %+v", res)
-	}
-	if buf.String() != "before\n" {
-		t.Fatalf("stdout %q", buf.String())
-	}
+	require.NoError(t, err)
+	require.Equal(t, runbox.Result{ExitCode: 128 + 15, Signal: "SIGTERM"}, res)
+	require.False(t, res.Success())
+	require.Equal(t, "before\n", buf.String(), "stdout %q", buf.String())
 }
 
 func TestRunArgvCancelled(t *testing.T) {
@@ -166,13 +143,14 @@ func TestRunArgvCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(testCtx(t))
 	cancel()
 	out, code, err := e.RunArgv(ctx, "", []string{"true"})
-	if !errors.Is(err, runbox.ErrCancelled) || !errors.Is(err, context.Canceled) || code != -1 || out != nil {
-		t.Fatalf("pre-cancelled: out %q code %d err %v", out, code, err)
-	}
+	require.ErrorIs(t, err, runbox.ErrCancelled, "pre-cancelled: out %q code %d err %v", out, code, err)
+	require.ErrorIs(t, err, context.Canceled, "pre-cancelled: out %q code %d err %v", out, code, err)
+	require.EqualValues(t, -1, code, "pre-cancelled: out %q code %d err %v", out, code, err)
+	require.Nil(t, out, "pre-cancelled: out %q code %d err %v", out, code, err)
 	res, err := e.Run(ctx, runbox.Command{Args: []string{"true"}}, runbox.Streams{})
-	if !errors.Is(err, runbox.ErrCancelled) || !errors.Is(err, context.Canceled) || res.ExitCode != -1 {
-		t.Fatalf("Run pre-cancelled: %+v %v", res, err)
-	}
+	require.ErrorIs(t, err, runbox.ErrCancelled, "Run pre-cancelled: %+v %v", res, err)
+	require.ErrorIs(t, err, context.Canceled, "Run pre-cancelled: %+v %v", res, err)
+	require.EqualValues(t, -1, res.ExitCode, "Run pre-cancelled: %+v %v", res, err)
 }
 
 func TestRunCancelledWhileRunning(t *testing.T) {
@@ -187,12 +165,9 @@ func TestRunCancelledWhileRunning(t *testing.T) {
 		}
 	}}
 	res, err := e.Run(ctx, runbox.ShellCommand("echo started; exec sleep 1000"), runbox.Streams{Stdout: w})
-	if !errors.Is(err, runbox.ErrCancelled) || !errors.Is(err, context.Canceled) {
-		t.Fatalf("err %v, want ErrCancelled and context.Canceled", err)
-	}
-	if res.ExitCode != -1 {
-		t.Fatalf("Result %+v, want ExitCode -1", res)
-	}
+	require.ErrorIs(t, err, runbox.ErrCancelled, "err %v, want ErrCancelled and context.Canceled", err)
+	require.ErrorIs(t, err, context.Canceled, "err %v, want ErrCancelled and context.Canceled", err)
+	require.EqualValues(t, -1, res.ExitCode, "Result %+v, want ExitCode -1", res)
 }
 
 func TestRunArgvCancelledKeepsOutputSoFar(t *testing.T) {
@@ -215,12 +190,10 @@ func TestRunArgvCancelledKeepsOutputSoFar(t *testing.T) {
 		}
 	}()
 	out, code, err := e.RunArgv(ctx, "", []string{"sh", "-c", `echo partial; echo more >&2; touch "$1"; exec sleep 1000`, "sh", mark})
-	if !errors.Is(err, runbox.ErrCancelled) || !errors.Is(err, context.Canceled) || code != -1 {
-		t.Fatalf("code %d err %v", code, err)
-	}
-	if string(out) != "partial\nmore\n" {
-		t.Fatalf("output so far %q", out)
-	}
+	require.ErrorIs(t, err, runbox.ErrCancelled, "code %d err %v", code, err)
+	require.ErrorIs(t, err, context.Canceled, "code %d err %v", code, err)
+	require.EqualValues(t, -1, code, "code %d err %v", code, err)
+	require.Equal(t, "partial\nmore\n", string(out), "output so far %q", out)
 }
 
 func TestRunDeadline(t *testing.T) {
@@ -228,36 +201,35 @@ func TestRunDeadline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(testCtx(t), 20*time.Millisecond)
 	defer cancel()
 	res, err := e.Run(ctx, runbox.Command{Args: []string{"sleep", "1000"}}, runbox.Streams{})
-	if !errors.Is(err, runbox.ErrCancelled) || !errors.Is(err, context.DeadlineExceeded) || res.ExitCode != -1 {
-		t.Fatalf("%+v %v", res, err)
-	}
+	require.ErrorIs(t, err, runbox.ErrCancelled, "%+v %v", res, err)
+	require.ErrorIs(t, err, context.DeadlineExceeded, "%+v %v", res, err)
+	require.EqualValues(t, -1, res.ExitCode, "%+v %v", res, err)
 }
 
 func TestRunArgvLimited(t *testing.T) {
 	e := newExecutor(t)
 	for _, bad := range []int{0, -1} {
-		if _, code, err := e.RunArgvLimited(testCtx(t), "", []string{"true"}, bad); !errors.Is(err, runbox.ErrInvalidCommand) || code != -1 {
-			t.Errorf("limit %d: code %d err %v, want ErrInvalidCommand", bad, code, err)
-		}
+		_, code, err := e.RunArgvLimited(testCtx(t), "", []string{"true"}, bad)
+		assert.ErrorIs(t, err, runbox.ErrInvalidCommand, "limit %d", bad)
+		assert.Equal(t, -1, code, "limit %d", bad)
 	}
 	// Exactly the limit is fine.
 	out, code, err := e.RunArgvLimited(testCtx(t), "", []string{"printf", "12345"}, 5)
-	if err != nil || code != 0 || string(out) != "12345" {
-		t.Fatalf("at limit: %q %d %v", out, code, err)
-	}
+	require.NoError(t, err, "at limit: %q %d %v", out, code, err)
+	require.EqualValues(t, 0, code, "at limit: %q %d %v", out, code, err)
+	require.Equal(t, "12345", string(out), "at limit: %q %d %v", out, code, err)
 	// One byte more is not; stderr counts too.
 	out, code, err = e.RunArgvLimited(testCtx(t), "", []string{"sh", "-c", "printf 123; printf 456 >&2"}, 5)
-	if !errors.Is(err, runbox.ErrOutputLimit) || code != -1 || string(out) != "12345" {
-		t.Fatalf("over limit: %q %d %v", out, code, err)
-	}
+	require.ErrorIs(t, err, runbox.ErrOutputLimit, "over limit: %q %d %v", out, code, err)
+	require.EqualValues(t, -1, code, "over limit: %q %d %v", out, code, err)
+	require.Equal(t, "12345", string(out), "over limit: %q %d %v", out, code, err)
 	// A process that keeps writing is stopped; the kept prefix is exact.
 	out, code, err = e.RunArgvLimited(testCtx(t), "", []string{"yes", "abcdefg"}, 100_000)
-	if !errors.Is(err, runbox.ErrOutputLimit) || code != -1 || len(out) != 100_000 {
-		t.Fatalf("endless writer: len %d code %d err %v", len(out), code, err)
-	}
-	if want := strings.Repeat("abcdefg\n", 100_000/8+1)[:100_000]; string(out) != want {
-		t.Fatal("kept output is not the prefix the process wrote")
-	}
+	require.ErrorIs(t, err, runbox.ErrOutputLimit, "endless writer: len %d code %d err %v", len(out), code, err)
+	require.EqualValues(t, -1, code, "endless writer: len %d code %d err %v", len(out), code, err)
+	require.Len(t, out, 100_000, "endless writer: len %d code %d err %v", len(out), code, err)
+	want := strings.Repeat("abcdefg\n", 100_000/8+1)[:100_000]
+	require.Equal(t, want, string(out), "kept output is not the prefix the process wrote")
 }
 
 func TestRunArgvLimitedMemoryBounded(t *testing.T) {
@@ -269,15 +241,14 @@ func TestRunArgvLimitedMemoryBounded(t *testing.T) {
 	runtime.ReadMemStats(&before)
 	out, code, err := e.RunArgvLimited(testCtx(t), "", argv, limit)
 	runtime.ReadMemStats(&after)
-	if !errors.Is(err, runbox.ErrOutputLimit) || code != -1 || len(out) != limit {
-		t.Fatalf("len %d code %d err %v", len(out), code, err)
-	}
+	require.ErrorIs(t, err, runbox.ErrOutputLimit, "len %d code %d err %v", len(out), code, err)
+	require.EqualValues(t, -1, code, "len %d code %d err %v", len(out), code, err)
+	require.Len(t, out, limit, "len %d code %d err %v", len(out), code, err)
 	const budget = 8 << 20
-	if d := after.TotalAlloc - before.TotalAlloc; d > budget {
-		t.Errorf("allocated %d bytes for a %d-byte limit; budget %d", d, limit, budget)
-	}
-	if after.HeapInuse > before.HeapInuse && after.HeapInuse-before.HeapInuse > budget {
-		t.Errorf("heap in use grew by %d bytes; budget %d", after.HeapInuse-before.HeapInuse, budget)
+	d := after.TotalAlloc - before.TotalAlloc
+	assert.LessOrEqual(t, d, uint64(budget), "allocated for a %d-byte limit", limit)
+	if after.HeapInuse > before.HeapInuse {
+		assert.LessOrEqual(t, after.HeapInuse-before.HeapInuse, uint64(budget), "growth of the heap in use")
 	}
 }
 
@@ -287,66 +258,52 @@ func TestRunStreams(t *testing.T) {
 
 	t.Run("nil writers discard", func(t *testing.T) {
 		res, err := e.Run(testCtx(t), script, runbox.Streams{})
-		if err != nil || res.ExitCode != 0 {
-			t.Fatalf("%+v %v", res, err)
-		}
+		require.NoError(t, err, "%+v %v", res, err)
+		require.EqualValues(t, 0, res.ExitCode, "%+v %v", res, err)
 	})
 	t.Run("distinct writers", func(t *testing.T) {
 		var o, x bytes.Buffer
 		res, err := e.Run(testCtx(t), script, runbox.Streams{Stdout: &o, Stderr: &x})
-		if err != nil || !res.Success() || o.String() != "out\n" || x.String() != "err\n" {
-			t.Fatalf("%+v %v stdout %q stderr %q", res, err, o.String(), x.String())
-		}
+		require.NoError(t, err, "%+v %v stdout %q stderr %q", res, err, o.String(), x.String())
+		require.True(t, res.Success(), "%+v %v stdout %q stderr %q", res, err, o.String(), x.String())
+		require.Equal(t, "out\n", o.String(), "%+v %v stdout %q stderr %q", res, err, o.String(), x.String())
+		require.Equal(t, "err\n", x.String(), "%+v %v stdout %q stderr %q", res, err, o.String(), x.String())
 	})
 	t.Run("files get the output directly", func(t *testing.T) {
 		f, err := os.Create(filepath.Join(t.TempDir(), "out"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, err)
 		defer f.Close()
-		if _, err := e.Run(testCtx(t), script, runbox.Streams{Stdout: f, Stderr: f}); err != nil {
-			t.Fatal(err)
-		}
+		_, err = e.Run(testCtx(t), script, runbox.Streams{Stdout: f, Stderr: f})
+		require.NoError(t, err)
 		// Still open: Run never closes a caller's writer.
-		if _, err := f.WriteString("caller\n"); err != nil {
-			t.Fatal(err)
-		}
+		_, err = f.WriteString("caller\n")
+		require.NoError(t, err)
 		b, _ := os.ReadFile(f.Name())
-		if string(b) != "out\nerr\ncaller\n" {
-			t.Fatalf("file holds %q", b)
-		}
+		require.Equal(t, "out\nerr\ncaller\n", string(b), "file holds %q", b)
 	})
 	t.Run("writers are not closed and not used after Run", func(t *testing.T) {
 		w := &closeTracker{}
-		if _, err := e.Run(testCtx(t), runbox.ShellCommand("seq 1 1000; seq 1 1000 >&2"), runbox.Streams{Stdout: w, Stderr: w}); err != nil {
-			t.Fatal(err)
-		}
+		_, err := e.Run(testCtx(t), runbox.ShellCommand("seq 1 1000; seq 1 1000 >&2"), runbox.Streams{Stdout: w, Stderr: w})
+		require.NoError(t, err)
 		w.done.Store(true)
-		if w.closed.Load() {
-			t.Fatal("Run closed the caller's writer")
-		}
-		if w.n.Load() == 0 {
-			t.Fatal("writer received nothing")
-		}
+		require.False(t, w.closed.Load(), "Run closed the caller's writer")
+		require.NotEqual(t, 0, w.n.Load(), "writer received nothing")
 	})
 	t.Run("writes are serialized", func(t *testing.T) {
 		// A map-typed writer cannot be compared, so os/exec would treat the
 		// two uses as different writers; runbox must still serialize.
 		w := mapWriter{"state": &concurrencyState{}}
 		cmd := runbox.ShellCommand("i=0; while [ $i -lt 2000 ]; do echo o$i; echo e$i >&2; i=$((i+1)); done")
-		if _, err := e.Run(testCtx(t), cmd, runbox.Streams{Stdout: w, Stderr: w}); err != nil {
-			t.Fatal(err)
-		}
-		if s := w["state"]; s.overlap.Load() {
-			t.Fatal("two Write calls overlapped")
-		}
+		_, err := e.Run(testCtx(t), cmd, runbox.Streams{Stdout: w, Stderr: w})
+		require.NoError(t, err)
+		s := w["state"]
+		require.False(t, s.overlap.Load(), "two Write calls overlapped")
 	})
 	t.Run("failing writer", func(t *testing.T) {
 		boom := errors.New("disk full")
 		res, err := e.Run(testCtx(t), runbox.ShellCommand("seq 1 100000"), runbox.Streams{Stdout: failWriter{boom}})
-		if !errors.Is(err, boom) || res.ExitCode != -1 {
-			t.Fatalf("%+v %v, want the writer's error", res, err)
-		}
+		require.ErrorIs(t, err, boom, "%+v %v, want the writer's error", res, err)
+		require.EqualValues(t, -1, res.ExitCode, "%+v %v, want the writer's error", res, err)
 	})
 }
 
@@ -355,28 +312,26 @@ func TestRunStdin(t *testing.T) {
 	var out bytes.Buffer
 	// nil Stdin: immediate EOF, so cat ends at once.
 	res, err := e.Run(testCtx(t), runbox.Command{Args: []string{"cat"}}, runbox.Streams{Stdout: &out})
-	if err != nil || !res.Success() || out.Len() != 0 {
-		t.Fatalf("nil stdin: %+v %v %q", res, err, out.String())
-	}
+	require.NoError(t, err, "nil stdin: %+v %v %q", res, err, out.String())
+	require.True(t, res.Success(), "nil stdin: %+v %v %q", res, err, out.String())
+	require.EqualValues(t, 0, out.Len(), "nil stdin: %+v %v %q", res, err, out.String())
 	in := strings.Repeat("line of input\n", 20000) // more than a pipe buffer
 	res, err = e.Run(testCtx(t), runbox.Command{Args: []string{"cat"}, Stdin: strings.NewReader(in)}, runbox.Streams{Stdout: &out})
-	if err != nil || !res.Success() || out.String() != in {
-		t.Fatalf("reader stdin: %+v %v, %d bytes back", res, err, out.Len())
-	}
+	require.NoError(t, err, "reader stdin: %+v %v, %d bytes back", res, err, out.Len())
+	require.True(t, res.Success(), "reader stdin: %+v %v, %d bytes back", res, err, out.Len())
+	require.Equal(t, in, out.String(), "reader stdin: %+v %v, %d bytes back", res, err, out.Len())
 	// A process that ignores its input is not held up by it.
 	res, err = e.Run(testCtx(t), runbox.Command{Args: []string{"true"}, Stdin: strings.NewReader(in)}, runbox.Streams{})
-	if err != nil || !res.Success() {
-		t.Fatalf("ignored stdin: %+v %v", res, err)
-	}
+	require.NoError(t, err, "ignored stdin: %+v %v", res, err)
+	require.True(t, res.Success(), "ignored stdin: %+v %v", res, err)
 }
 
 func TestRunValidates(t *testing.T) {
 	e := newExecutor(t)
 	for _, c := range []runbox.Command{{}, {Args: []string{""}}, {Args: []string{"true"}, Env: []string{"NOEQUALS"}}} {
 		res, err := e.Run(testCtx(t), c, runbox.Streams{})
-		if !errors.Is(err, runbox.ErrInvalidCommand) || res.ExitCode != -1 {
-			t.Errorf("%+v: %+v %v", c, res, err)
-		}
+		assert.ErrorIs(t, err, runbox.ErrInvalidCommand, "%+v: %+v %v", c, res, err)
+		assert.EqualValues(t, -1, res.ExitCode, "%+v: %+v %v", c, res, err)
 	}
 }
 
@@ -385,61 +340,48 @@ func TestBaseEnvironment(t *testing.T) {
 	t.Setenv("LANG", "C")
 	e := newExecutor(t)
 	out, _, err := e.RunArgv(testCtx(t), "", []string{"env"})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	env := string(out)
-	if strings.Contains(env, "hunter2") {
-		t.Fatalf("planted secret reached the child:\n%s", env)
-	}
+	require.NotContains(t, env, "hunter2", "planted secret reached the child:\n%s", env)
 	for _, k := range []string{"PATH=", "HOME=", "TMPDIR=", "LANG=C\n", "USER="} {
-		if !strings.Contains(env, k) {
-			t.Errorf("base environment lacks %q:\n%s", k, env)
-		}
+		assert.Contains(t, env, k, "base environment lacks %q:\n%s", k, env)
 	}
-	if strings.Contains(env, "TERM=") {
-		t.Errorf("TERM set without a terminal:\n%s", env)
-	}
+	assert.NotContains(t, env, "TERM=", "TERM set without a terminal:\n%s", env)
 
 	inherit := newExecutor(t, WithInheritEnv())
 	out, _, err = inherit.RunArgv(testCtx(t), "", []string{"env"})
-	if err != nil || !strings.Contains(string(out), "RUNBOX_TEST_SECRET=hunter2") {
-		t.Fatalf("WithInheritEnv did not inherit: %v\n%s", err, out)
-	}
+	require.NoError(t, err, "WithInheritEnv did not inherit: %v\n%s", err, out)
+	require.Contains(t, string(out), "RUNBOX_TEST_SECRET=hunter2", "WithInheritEnv did not inherit: %v\n%s", err, out)
 
 	// Command.Env is applied on top and wins; CleanEnv gives only Env.
 	var buf bytes.Buffer
 	_, err = e.Run(testCtx(t), runbox.Command{Args: []string{"env"}, Env: []string{"LANG=fr_FR.UTF-8", "EXTRA=1"}}, runbox.Streams{Stdout: &buf})
-	if err != nil || !strings.Contains(buf.String(), "LANG=fr_FR.UTF-8\n") || !strings.Contains(buf.String(), "EXTRA=1\n") || strings.Contains(buf.String(), "LANG=C\n") {
-		t.Fatalf("Command.Env: %v\n%s", err, buf.String())
-	}
+	require.NoError(t, err, "Command.Env: %v\n%s", err, buf.String())
+	require.Contains(t, buf.String(), "LANG=fr_FR.UTF-8\n", "Command.Env: %v\n%s", err, buf.String())
+	require.Contains(t, buf.String(), "EXTRA=1\n", "Command.Env: %v\n%s", err, buf.String())
+	require.NotContains(t, buf.String(), "LANG=C\n", "Command.Env: %v\n%s", err, buf.String())
 	buf.Reset()
 	_, err = e.Run(testCtx(t), runbox.Command{Args: []string{"env"}, Env: []string{"ONLY=1"}, CleanEnv: true}, runbox.Streams{Stdout: &buf})
-	if err != nil || buf.String() != "ONLY=1\n" {
-		t.Fatalf("CleanEnv: %v %q", err, buf.String())
-	}
+	require.NoError(t, err, "CleanEnv: %v %q", err, buf.String())
+	require.Equal(t, "ONLY=1\n", buf.String(), "CleanEnv: %v %q", err, buf.String())
 }
 
 func TestProgramLookupUsesChildPATH(t *testing.T) {
 	dir := t.TempDir()
 	tool := filepath.Join(dir, "runbox-test-tool")
-	if err := os.WriteFile(tool, []byte("#!/bin/sh\necho found-in-child-path\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, os.WriteFile(tool, []byte("#!/bin/sh\necho found-in-child-path\n"), 0o755))
 	e := newExecutor(t)
 	var out bytes.Buffer
 	res, err := e.Run(testCtx(t), runbox.Command{Args: []string{"runbox-test-tool"}, Env: []string{"PATH=" + dir}}, runbox.Streams{Stdout: &out})
-	if err != nil || !res.Success() || out.String() != "found-in-child-path\n" {
-		t.Fatalf("%+v %v %q", res, err, out.String())
-	}
+	require.NoError(t, err, "%+v %v %q", res, err, out.String())
+	require.True(t, res.Success(), "%+v %v %q", res, err, out.String())
+	require.Equal(t, "found-in-child-path\n", out.String(), "%+v %v %q", res, err, out.String())
 	// Not in the default PATH, so the same name fails without it.
-	if _, err := e.Run(testCtx(t), runbox.Command{Args: []string{"runbox-test-tool"}}, runbox.Streams{}); !errors.Is(err, runbox.ErrStart) {
-		t.Fatalf("without PATH: %v, want ErrStart", err)
-	}
+	_, err = e.Run(testCtx(t), runbox.Command{Args: []string{"runbox-test-tool"}}, runbox.Streams{})
+	require.ErrorIs(t, err, runbox.ErrStart, "without PATH")
 	// Relative PATH entries are ignored.
-	if _, err := e.Run(testCtx(t), runbox.Command{Args: []string{"runbox-test-tool"}, Dir: filepath.Dir(dir), Env: []string{"PATH=" + filepath.Base(dir)}}, runbox.Streams{}); !errors.Is(err, runbox.ErrStart) {
-		t.Fatalf("relative PATH entry: %v, want ErrStart", err)
-	}
+	_, err = e.Run(testCtx(t), runbox.Command{Args: []string{"runbox-test-tool"}, Dir: filepath.Dir(dir), Env: []string{"PATH=" + filepath.Base(dir)}}, runbox.Streams{})
+	require.ErrorIs(t, err, runbox.ErrStart, "relative PATH entry")
 }
 
 // callbackWriter calls fn with each write.

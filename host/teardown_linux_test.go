@@ -16,6 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/cgroup"
 )
@@ -54,9 +57,7 @@ func readPids(t *testing.T, r *bufio.Reader) map[string]int {
 	for {
 		line, err := r.ReadString('\n')
 		out.WriteString(line)
-		if err != nil {
-			t.Fatalf("reading pids: %v (got %q)", err, out.String())
-		}
+		require.NoError(t, err, "reading pids: %v (got %q)", err, out.String())
 		if pids := parsePids(t, out.String()); len(pids) == 4 {
 			return pids
 		}
@@ -89,9 +90,7 @@ func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
+		require.False(t, time.Now().After(deadline), "timed out waiting for %s", what)
 		time.Sleep(5 * time.Millisecond)
 	}
 }
@@ -122,9 +121,7 @@ func ownCgroups(t *testing.T, root string) []string {
 		return nil
 	}
 	m, err := filepath.Glob(filepath.Join(root, fmt.Sprintf("runbox-host-%d-*", os.Getpid())))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	return m
 }
 
@@ -140,7 +137,7 @@ func assertAllDead(t *testing.T, pids map[string]int) {
 	for name, pid := range pids {
 		if alive(pid) {
 			syscall.Kill(pid, syscall.SIGKILL)
-			t.Errorf("%s (pid %d) survived teardown", name, pid)
+			assert.Fail(t, "survived teardown", "%s (pid %d)", name, pid)
 		}
 	}
 }
@@ -157,38 +154,31 @@ func TestTeardownEnforced(t *testing.T) {
 	for name, trigger := range triggers {
 		t.Run(name, func(t *testing.T) {
 			p := start(t, e, ProcessOptions{Command: treeScript("read x")})
-			if got := p.LifetimeContainment(); got != runbox.LifetimeContainmentEnforced {
-				t.Fatalf("containment %v", got)
-			}
+			got := p.LifetimeContainment()
+			require.Equal(t, runbox.LifetimeContainmentEnforced, got, "containment %v", got)
 			pids := readPids(t, bufio.NewReader(p.Stdout()))
 			waitSetsid(t, pids)
 			trigger(t, p)
-			if _, err := p.Wait(testCtx(t)); err != nil {
-				t.Fatal(err)
-			}
+			_, err := p.Wait(testCtx(t))
+			require.NoError(t, err)
 			assertAllDead(t, pids)
-			if n := p.p.escalations.Load(); n != 0 {
-				t.Fatalf("%d escalations", n)
-			}
+			n := p.p.escalations.Load()
+			require.EqualValues(t, 0, n, "%d escalations", n)
 		})
 	}
 }
 
 func TestTeardownBestEffortIsHonest(t *testing.T) {
 	e := newExecutor(t, WithoutCgroup())
-	if e.Containment() != runbox.LifetimeContainmentBestEffort {
-		t.Fatalf("containment %v without a cgroup", e.Containment())
-	}
+	require.Equal(t, runbox.LifetimeContainmentBestEffort, e.Containment(), "containment %v without a cgroup", e.Containment())
 	p := start(t, e, ProcessOptions{Command: treeScript("read x")})
-	if got := p.LifetimeContainment(); got != runbox.LifetimeContainmentBestEffort {
-		t.Fatalf("containment %v", got)
-	}
+	got := p.LifetimeContainment()
+	require.Equal(t, runbox.LifetimeContainmentBestEffort, got, "containment %v", got)
 	pids := readPids(t, bufio.NewReader(p.Stdout()))
 	waitSetsid(t, pids)
 	io.WriteString(p.Stdin(), "go\n")
-	if _, err := p.Wait(testCtx(t)); err != nil {
-		t.Fatal(err)
-	}
+	_, err := p.Wait(testCtx(t))
+	require.NoError(t, err)
 	// The process group is torn down (signalled: best-effort teardown does
 	// not wait for the deaths)...
 	for _, name := range []string{"child", "double"} {
@@ -196,9 +186,7 @@ func TestTeardownBestEffortIsHonest(t *testing.T) {
 	}
 	// ...but a descendant that left it survives, which is exactly why this
 	// is reported as best-effort and not enforced.
-	if !alive(pids["setsid"]) {
-		t.Errorf("the setsid descendant died; best-effort teardown cannot reach it, so the test setup is wrong")
-	}
+	assert.True(t, alive(pids["setsid"]), "the setsid descendant died; best-effort teardown cannot reach it, so the test setup is wrong")
 	syscall.Kill(pids["setsid"], syscall.SIGKILL)
 }
 
@@ -209,20 +197,16 @@ func TestRunTearsDownDescendants(t *testing.T) {
 	t.Run("normal exit", func(t *testing.T) {
 		var out bytes.Buffer
 		res, err := e.Run(testCtx(t), runbox.ShellCommand(treeScript("exit 0")), runbox.Streams{Stdout: &out})
-		if err != nil || !res.Success() {
-			t.Fatalf("%+v %v", res, err)
-		}
+		require.NoError(t, err, "%+v %v", res, err)
+		require.True(t, res.Success(), "%+v %v", res, err)
 		pids := parsePids(t, out.String())
-		if len(pids) != 4 {
-			t.Fatalf("output %q", out.String())
-		}
+		require.Len(t, pids, 4, "output %q", out.String())
 		assertAllDead(t, pids)
 	})
 	t.Run("RunArgv normal exit", func(t *testing.T) {
 		out, code, err := e.RunArgv(testCtx(t), "", []string{"sh", "-c", treeScript("exit 5")})
-		if err != nil || code != 5 {
-			t.Fatalf("%d %v", code, err)
-		}
+		require.NoError(t, err, "%d %v", code, err)
+		require.EqualValues(t, 5, code, "%d %v", code, err)
 		assertAllDead(t, parsePids(t, string(out)))
 	})
 	t.Run("cancellation", func(t *testing.T) {
@@ -236,20 +220,17 @@ func TestRunTearsDownDescendants(t *testing.T) {
 			}
 		}}
 		res, err := e.Run(ctx, runbox.ShellCommand(treeScript("exec sleep 1000")), runbox.Streams{Stdout: w})
-		if !errors.Is(err, runbox.ErrCancelled) || !errors.Is(err, context.Canceled) || res.ExitCode != -1 {
-			t.Fatalf("%+v %v", res, err)
-		}
+		require.ErrorIs(t, err, runbox.ErrCancelled, "%+v %v", res, err)
+		require.ErrorIs(t, err, context.Canceled, "%+v %v", res, err)
+		require.EqualValues(t, -1, res.ExitCode, "%+v %v", res, err)
 		assertAllDead(t, parsePids(t, out.String()))
 	})
 	t.Run("output limit", func(t *testing.T) {
 		out, code, err := e.RunArgvLimited(testCtx(t), "", []string{"sh", "-c", treeScript("exec yes")}, 64<<10)
-		if !errors.Is(err, runbox.ErrOutputLimit) || code != -1 {
-			t.Fatalf("%d %v", code, err)
-		}
+		require.ErrorIs(t, err, runbox.ErrOutputLimit, "%d %v", code, err)
+		require.EqualValues(t, -1, code, "%d %v", code, err)
 		pids := parsePids(t, string(out))
-		if len(pids) != 4 {
-			t.Fatalf("pids %v", pids)
-		}
+		require.Len(t, pids, 4, "pids %v", pids)
 		assertAllDead(t, pids)
 	})
 }
@@ -257,21 +238,15 @@ func TestRunTearsDownDescendants(t *testing.T) {
 func TestSupervisorReapsWithoutWait(t *testing.T) {
 	e := newExecutor(t)
 	pp, err := e.PrepareProcess(testCtx(t), ProcessOptions{Args: []string{"true"}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	p, err := pp.Start(testCtx(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer p.Close(context.Background())
 	<-p.p.done // the supervisor, not a caller, waited
-	if _, _, ok := procStat(p.PID()); ok {
-		t.Fatalf("pid %d still exists (zombie left behind)", p.PID())
-	}
-	if got := p.LifetimeContainment(); got != e.Containment() {
-		t.Fatalf("containment %v, executor plans %v", got, e.Containment())
-	}
+	_, _, ok := procStat(p.PID())
+	require.False(t, ok, "pid %d still exists (zombie left behind)", p.PID())
+	got := p.LifetimeContainment()
+	require.Equal(t, e.Containment(), got, "containment %v, executor plans %v", got, e.Containment())
 }
 
 func TestCgroupsAreReusedAndReleasedByClose(t *testing.T) {
@@ -281,37 +256,29 @@ func TestCgroupsAreReusedAndReleasedByClose(t *testing.T) {
 	before := len(ownCgroups(t, root))
 	cgroupOf := func() string {
 		out, code, err := e.RunArgv(testCtx(t), "", []string{"cat", "/proc/self/cgroup"})
-		if err != nil || code != 0 {
-			t.Fatalf("%d %v", code, err)
-		}
+		require.NoError(t, err, "%d %v", code, err)
+		require.EqualValues(t, 0, code, "%d %v", code, err)
 		for _, l := range strings.Split(string(out), "\n") {
 			if p, ok := strings.CutPrefix(l, "0::"); ok {
 				return p
 			}
 		}
-		t.Fatalf("no cgroup v2 line in %q", out)
+		require.Fail(t, "no cgroup v2 line", "%q", out)
 		return ""
 	}
 	first, second := cgroupOf(), cgroupOf()
-	if !strings.Contains(first, "runbox-host-") || first != second {
-		t.Fatalf("an emptied cgroup was not reused: %q then %q", first, second)
-	}
-	if err := e.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if n := len(ownCgroups(t, root)); n > before {
-		t.Fatalf("Close left %d cgroups (had %d before)", n, before)
-	}
-	if _, err := os.Stat(filepath.Join(root, filepath.Base(first))); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("idle cgroup %s survived Close: %v", first, err)
-	}
+	require.Contains(t, first, "runbox-host-", "an emptied cgroup was not reused: %q then %q", first, second)
+	require.Equal(t, second, first, "an emptied cgroup was not reused: %q then %q", first, second)
+	require.NoError(t, e.Close())
+	n := len(ownCgroups(t, root))
+	require.LessOrEqual(t, n, before, "Close left %d cgroups (had %d before)", n, before)
+	_, err := os.Stat(filepath.Join(root, filepath.Base(first)))
+	require.ErrorIs(t, err, os.ErrNotExist, "idle cgroup %s survived Close: %v", first, err)
 	// Still usable after Close, without the cache.
-	if third := cgroupOf(); third == first {
-		t.Fatalf("a removed cgroup was reused")
-	}
-	if _, err := os.Stat(filepath.Join(root, filepath.Base(first))); !errors.Is(err, os.ErrNotExist) {
-		t.Fatalf("cgroup kept after Close: %v", err)
-	}
+	third := cgroupOf()
+	require.NotEqual(t, first, third, "a removed cgroup was reused")
+	_, err = os.Stat(filepath.Join(root, filepath.Base(first)))
+	require.ErrorIs(t, err, os.ErrNotExist, "cgroup kept after Close")
 }
 
 func TestCleanupFailureIsReported(t *testing.T) {
@@ -326,9 +293,7 @@ func TestCleanupFailureIsReported(t *testing.T) {
 			if name, ok := strings.CutPrefix(line, "cg "); ok && name != "" {
 				dir := filepath.Join(cgroupRoot(e), name)
 				os.Remove(filepath.Join(dir, "sub"))
-				if err := os.Remove(dir); err != nil {
-					t.Errorf("removing leftover cgroup: %v", err)
-				}
+				assert.NoError(t, os.Remove(dir), "removing leftover cgroup")
 			}
 		}
 	}
@@ -336,28 +301,20 @@ func TestCleanupFailureIsReported(t *testing.T) {
 	var out bytes.Buffer
 	res, err := e.Run(testCtx(t), runbox.Command{Args: []string{"sh", "-c", script}, Env: env}, runbox.Streams{Stdout: &out})
 	cleanup(out.String())
-	if !errors.Is(err, runbox.ErrCleanup) || res.ExitCode != -1 {
-		t.Fatalf("Run: %+v %v, want ErrCleanup", res, err)
-	}
-	if !strings.HasPrefix(out.String(), "cg runbox-host-") {
-		t.Fatalf("output so far not delivered: %q", out.String())
-	}
+	require.ErrorIs(t, err, runbox.ErrCleanup, "Run: %+v %v, want ErrCleanup", res, err)
+	require.EqualValues(t, -1, res.ExitCode, "Run: %+v %v, want ErrCleanup", res, err)
+	require.True(t, strings.HasPrefix(out.String(), "cg runbox-host-"), "output so far not delivered: %q", out.String())
 
 	pp, err := e.PrepareProcess(testCtx(t), ProcessOptions{Args: []string{"sh", "-c", script}, Env: env})
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	p, err := pp.Start(testCtx(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	outp, _ := io.ReadAll(p.Stdout())
 	_, werr := p.Wait(testCtx(t))
 	cerr := p.Close(testCtx(t))
 	cleanup(string(outp))
-	if !errors.Is(werr, runbox.ErrCleanup) || !errors.Is(cerr, runbox.ErrCleanup) {
-		t.Fatalf("Process: Wait %v, Close %v, want ErrCleanup", werr, cerr)
-	}
+	require.ErrorIs(t, werr, runbox.ErrCleanup, "Process: Wait %v, Close %v, want ErrCleanup", werr, cerr)
+	require.ErrorIs(t, cerr, runbox.ErrCleanup, "Process: Wait %v, Close %v, want ErrCleanup", werr, cerr)
 }
 
 func TestChildDiesWithParent(t *testing.T) {
@@ -367,24 +324,18 @@ func TestChildDiesWithParent(t *testing.T) {
 	helper := exec.Command(os.Args[0], "-test.run=^$")
 	helper.Env = append(os.Environ(), helperEnv+"=parent-death")
 	stdin, err := helper.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	defer stdin.Close()
 	stdout, err := helper.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	helper.Stderr = os.Stderr
-	if err := helper.Start(); err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, helper.Start())
 	line, err := bufio.NewReader(stdout).ReadString('\n')
 	if err != nil {
 		helper.Process.Kill()
 		helper.Wait()
-		t.Fatalf("helper: %v", err)
 	}
+	require.NoError(t, err, "helper")
 	pid, _ := strconv.Atoi(strings.Fields(line)[0])
 	cgPath, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
 	mountinfo, _ := os.ReadFile("/proc/self/mountinfo")
@@ -407,26 +358,20 @@ func TestNewSweepsStaleCgroups(t *testing.T) {
 	e := newExecutor(t)
 	requireEnforced(t, e)
 	b, err := os.ReadFile("/proc/sys/kernel/pid_max")
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	// pid_max itself is never a valid pid, so this owner is surely dead.
 	dead := filepath.Join(cgroupRoot(e), "runbox-host-"+strings.TrimSpace(string(b))+"-1-0")
 	live := filepath.Join(cgroupRoot(e), "runbox-host-1-1-0") // pid 1 always exists
 	for _, d := range []string{dead, live} {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
+		require.NoError(t, os.Mkdir(d, 0o755))
 	}
 	defer os.Remove(dead)
 	defer os.Remove(live)
 	newExecutor(t)
-	if _, err := os.Stat(dead); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("stale cgroup of a dead pid kept: %v", err)
-	}
-	if _, err := os.Stat(live); err != nil {
-		t.Errorf("cgroup of a live pid removed: %v", err)
-	}
+	_, err = os.Stat(dead)
+	assert.ErrorIs(t, err, os.ErrNotExist, "stale cgroup of a dead pid kept")
+	_, err = os.Stat(live)
+	assert.NoError(t, err, "cgroup of a live pid removed")
 }
 
 // escapeScript starts a descendant that leaves the session (and so the
@@ -445,18 +390,14 @@ func TestEscapedDescendantCannotHoldRunOpen(t *testing.T) {
 	if pid := pids["setsid"]; pid > 0 {
 		syscall.Kill(pid, syscall.SIGKILL)
 	}
-	if err != nil || !res.Success() {
-		t.Fatalf("%+v %v", res, err)
-	}
-	if len(pids) != 1 {
-		t.Fatalf("output %q", out.String())
-	}
+	require.NoError(t, err, "%+v %v", res, err)
+	require.True(t, res.Success(), "%+v %v", res, err)
+	require.Len(t, pids, 1, "output %q", out.String())
 	// The same through the output helpers.
 	b, code, err := e.RunArgv(testCtx(t), "", []string{"sh", "-c", escapeScript})
 	if pid := parsePids(t, string(b))["setsid"]; pid > 0 {
 		syscall.Kill(pid, syscall.SIGKILL)
 	}
-	if err != nil || code != 0 {
-		t.Fatalf("%d %v", code, err)
-	}
+	require.NoError(t, err, "%d %v", code, err)
+	require.EqualValues(t, 0, code, "%d %v", code, err)
 }
