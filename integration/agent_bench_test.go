@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/runbox-dev/runbox/docker"
 )
 
@@ -23,9 +25,8 @@ func BenchmarkAgentRunTrue(b *testing.B) {
 			b.Skip("no docker CLI")
 		}
 		for b.Loop() {
-			if out, err := exec.Command("docker", "exec", s.ID(), "true").CombinedOutput(); err != nil {
-				b.Fatal(err, string(out))
-			}
+			out, err := exec.Command("docker", "exec", s.ID(), "true").CombinedOutput()
+			require.NoError(b, err, string(out))
 		}
 	})
 }
@@ -43,13 +44,9 @@ func BenchmarkAgentOpen(b *testing.B) {
 		return func(b *testing.B) {
 			for b.Loop() {
 				s, err := e.Open(ctx, baseSpec())
-				if err != nil {
-					b.Fatal(err)
-				}
+				require.NoError(b, err)
 				b.StopTimer()
-				if err := s.Close(ctx); err != nil {
-					b.Fatal(err)
-				}
+				require.NoError(b, s.Close(ctx))
 				b.StartTimer()
 			}
 		}

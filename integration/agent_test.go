@@ -155,7 +155,7 @@ func TestAgentKilledFromOutside(t *testing.T) {
 		require.Error(t, err)
 		assert.ErrorIs(t, err, runbox.ErrSessionEnded)
 	case <-time.After(30 * time.Second):
-		t.Fatal("a Run on a killed agent did not fail")
+		require.FailNow(t, "a Run on a killed agent did not fail")
 	}
 	_, err = s.Run(context.Background(), argv("true"), runbox.Streams{})
 	assert.Error(t, err)
@@ -204,9 +204,8 @@ func TestAgentThousandRunsLeakNothing(t *testing.T) {
 	beforeFDs, beforeG := fds(), runtime.NumGoroutine()
 	for i := range 1000 {
 		res, err := s.Run(context.Background(), argv("true"), runbox.Streams{})
-		if err != nil || res.ExitCode != 0 {
-			t.Fatalf("run %d: %v %v", i, res, err)
-		}
+		require.NoError(t, err, "run %d", i)
+		require.Equal(t, 0, res.ExitCode, "run %d", i)
 	}
 	// The agent (PID 1) closes a command's descriptors as it ends; its
 	// runtime's own may come and go by a few, but 1000 runs add nothing.
@@ -324,7 +323,7 @@ func TestAgentReconnects(t *testing.T) {
 	case err := <-errc:
 		require.ErrorIs(t, err, runbox.ErrTransport)
 	case <-time.After(30 * time.Second):
-		t.Fatal("a Run on a dropped connection did not fail")
+		require.FailNow(t, "a Run on a dropped connection did not fail")
 	}
 	for range 3 {
 		o := run(t, s, runbox.ShellCommand("echo again; exit 4"))

@@ -8,6 +8,7 @@ import (
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
+	"github.com/stretchr/testify/require"
 
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/docker"
@@ -29,13 +30,9 @@ func BenchmarkOpen(b *testing.B) {
 	b.Run("runbox", func(b *testing.B) {
 		for b.Loop() {
 			s, err := e.Open(ctx, baseSpec())
-			if err != nil {
-				b.Fatal(err)
-			}
+			require.NoError(b, err)
 			b.StopTimer()
-			if err := s.Close(ctx); err != nil {
-				b.Fatal(err)
-			}
+			require.NoError(b, s.Close(ctx))
 			b.StartTimer()
 		}
 	})
@@ -56,13 +53,9 @@ func BenchmarkClose(b *testing.B) {
 		for b.Loop() {
 			b.StopTimer()
 			s, err := e.Open(ctx, baseSpec())
-			if err != nil {
-				b.Fatal(err)
-			}
+			require.NoError(b, err)
 			b.StartTimer()
-			if err := s.Close(ctx); err != nil {
-				b.Fatal(err)
-			}
+			require.NoError(b, s.Close(ctx))
 		}
 	})
 	b.Run("raw", func(b *testing.B) {
@@ -91,9 +84,8 @@ func benchRunTrue(b *testing.B, e *docker.Executor, s runbox.Session) {
 	ctx := context.Background()
 	b.Run("runbox", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := s.Run(ctx, argv("true"), runbox.Streams{}); err != nil {
-				b.Fatal(err)
-			}
+			_, err := s.Run(ctx, argv("true"), runbox.Streams{})
+			require.NoError(b, err)
 		}
 	})
 	b.Run("raw", func(b *testing.B) {
@@ -109,9 +101,8 @@ func benchStream(b *testing.B, e *docker.Executor, s runbox.Session) {
 	b.Run("runbox", func(b *testing.B) {
 		b.SetBytes(streamBytes)
 		for b.Loop() {
-			if _, err := s.Run(ctx, runbox.Command{Args: streamCmd}, runbox.Streams{Stdout: io.Discard}); err != nil {
-				b.Fatal(err)
-			}
+			_, err := s.Run(ctx, runbox.Command{Args: streamCmd}, runbox.Streams{Stdout: io.Discard})
+			require.NoError(b, err)
 		}
 	})
 	b.Run("raw", func(b *testing.B) {
@@ -127,31 +118,24 @@ func BenchmarkSnapshot(b *testing.B) {
 	cli := e.Client()
 	s := open(b, e, baseSpec())
 	ctx := context.Background()
-	if o := run(b, s, runbox.ShellCommand("echo data > /tmp/file")); o.err != nil {
-		b.Fatal(o.err)
-	}
+	require.NoError(b, run(b, s, runbox.ShellCommand("echo data > /tmp/file")).err)
 	remove := func(id string) {
 		b.StopTimer()
-		if _, err := cli.ImageRemove(ctx, id, client.ImageRemoveOptions{Force: true}); err != nil {
-			b.Fatal(err)
-		}
+		_, err := cli.ImageRemove(ctx, id, client.ImageRemoveOptions{Force: true})
+		require.NoError(b, err)
 		b.StartTimer()
 	}
 	b.Run("runbox", func(b *testing.B) {
 		for b.Loop() {
 			img, err := s.Snapshot(ctx, runbox.SnapshotOptions{})
-			if err != nil {
-				b.Fatal(err)
-			}
+			require.NoError(b, err)
 			remove(img.ID)
 		}
 	})
 	b.Run("raw", func(b *testing.B) {
 		for b.Loop() {
 			res, err := cli.ContainerCommit(ctx, s.ID(), client.ContainerCommitOptions{NoPause: true})
-			if err != nil {
-				b.Fatal(err)
-			}
+			require.NoError(b, err)
 			remove(res.ID)
 		}
 	})
@@ -165,19 +149,15 @@ func rawOpen(b *testing.B, cli *client.Client) string {
 		Config:     &container.Config{Image: fixtureRef, Entrypoint: sleeper, Labels: runLabels()},
 		HostConfig: &container.HostConfig{NetworkMode: "none", Init: &init},
 	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if _, err := cli.ContainerStart(ctx, res.ID, client.ContainerStartOptions{}); err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
+	_, err = cli.ContainerStart(ctx, res.ID, client.ContainerStartOptions{})
+	require.NoError(b, err)
 	return res.ID
 }
 
 func rawClose(b *testing.B, cli *client.Client, id string) {
-	if _, err := cli.ContainerRemove(context.Background(), id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil {
-		b.Fatal(err)
-	}
+	_, err := cli.ContainerRemove(context.Background(), id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+	require.NoError(b, err)
 }
 
 // rawExec is the minimal correct exec: create, attach, EOF on stdin, drain,
@@ -185,23 +165,16 @@ func rawClose(b *testing.B, cli *client.Client, id string) {
 func rawExec(b *testing.B, cli *client.Client, id string, cmd []string) {
 	ctx := context.Background()
 	ex, err := cli.ExecCreate(ctx, id, client.ExecCreateOptions{Cmd: cmd, AttachStdin: true, AttachStdout: true, AttachStderr: true})
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	att, err := cli.ExecAttach(ctx, ex.ID, client.ExecAttachOptions{})
-	if err != nil {
-		b.Fatal(err)
-	}
+	require.NoError(b, err)
 	_ = att.CloseWrite()
-	if _, err := stdcopy.StdCopy(io.Discard, io.Discard, att.Reader); err != nil {
-		b.Fatal(err)
-	}
+	_, err = stdcopy.StdCopy(io.Discard, io.Discard, att.Reader)
+	require.NoError(b, err)
 	att.Close()
 	for {
 		st, err := cli.ExecInspect(ctx, ex.ID, client.ExecInspectOptions{})
-		if err != nil {
-			b.Fatal(err)
-		}
+		require.NoError(b, err)
 		if !st.Running {
 			return
 		}

@@ -63,7 +63,7 @@ func TestCLIExecTTYWithoutTerminal(t *testing.T) {
 	select {
 	case r = <-done:
 	case <-time.After(90 * time.Second): // a hang, not a timing assertion: cli's own bound is 2 minutes
-		t.Fatal("runbox exec -it with a pipe on stdin hangs")
+		require.FailNow(t, "runbox exec -it with a pipe on stdin hangs")
 	}
 	assert.Equal(t, 1, r.code, r.stderr)
 	assert.Equal(t, "runbox: the input device is not a TTY\n", r.stderr)

@@ -263,7 +263,7 @@ func TestCLIShellThroughATerminal(t *testing.T) {
 		assert.Equal(t, 7, ee.ExitCode())
 	case <-time.After(time.Minute):
 		_ = cmd.Process.Kill()
-		t.Fatal("shell did not exit")
+		require.FailNow(t, "shell did not exit")
 	}
 	after, err := unix.IoctlGetTermios(int(tty.Fd()), unix.TCGETS)
 	require.NoError(t, err)

@@ -22,9 +22,7 @@ func TestCollect(t *testing.T) {
 		spec := baseSpec()
 		spec.Init = false // the agent is PID 1
 		s := open(t, agentExecutor(t), spec)
-		if !s.Agent() {
-			t.Fatal("the session has no agent")
-		}
+		require.True(t, s.Agent(), "the session has no agent")
 		runboxtest.RunCollect(t, runboxtest.CollectBackend{Name: "agent session", Runner: s, ScratchDir: "/tmp"})
 	})
 	t.Run("plain exec session", func(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/moby/moby/client"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/runbox-dev/runbox"
@@ -70,9 +71,7 @@ func containersOfRun(t testing.TB, cli *client.Client) []string {
 func removeImage(t testing.TB, cli *client.Client, ref string) {
 	t.Cleanup(func() {
 		_, err := cli.ImageRemove(context.Background(), ref, client.ImageRemoveOptions{Force: true, PruneChildren: true})
-		if err != nil {
-			t.Errorf("removing %s: %v", ref, err)
-		}
+		assert.NoError(t, err, "removing %s", ref)
 	})
 }
 

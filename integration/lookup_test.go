@@ -104,7 +104,7 @@ func TestAmbiguousPrefix(t *testing.T) {
 		assert.Contains(t, r.stderr, "ambiguous")
 		return
 	}
-	t.Fatal("17 sessions and no shared first digit: impossible")
+	require.FailNow(t, "17 sessions and no shared first digit: impossible")
 }
 
 func TestRunTTY(t *testing.T) {

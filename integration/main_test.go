@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/moby/moby/client"
+	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	"github.com/runbox-dev/runbox/docker"
@@ -115,7 +116,7 @@ func needEngine(t testing.TB) {
 	t.Helper()
 	if engineErr != nil {
 		if os.Getenv("CI") == "true" {
-			t.Fatal(engineErr)
+			require.NoError(t, engineErr)
 		}
 		t.Skip(engineErr)
 	}
@@ -126,9 +127,7 @@ func newExecutor(t testing.TB, opts ...docker.Option) *docker.Executor {
 	t.Helper()
 	needEngine(t)
 	e, err := docker.New(opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	require.NoError(t, err)
 	t.Cleanup(func() { _ = e.Close() })
 	return e
 }

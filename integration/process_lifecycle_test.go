@@ -133,6 +133,6 @@ func bounded(t *testing.T, what string, fn func()) {
 	select {
 	case <-done:
 	case <-time.After(20 * time.Second):
-		t.Fatalf("%s did not return within 20s", what)
+		require.FailNow(t, "no return within 20s", what)
 	}
 }

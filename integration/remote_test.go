@@ -86,7 +86,7 @@ func needRemote(t *testing.T) remoteEngines {
 	})
 	if remoteErr != nil {
 		if os.Getenv("CI") == "true" {
-			t.Fatal("remote suite:", remoteErr)
+			require.NoError(t, remoteErr, "remote suite")
 		}
 		t.Skip("remote suite:", remoteErr)
 	}
@@ -499,9 +499,8 @@ func TestCallerInContainerWithHostSocket(t *testing.T) {
 	require.NoError(t, o.err)
 	require.Equal(t, 0, o.res.ExitCode, o.stderr)
 	defer func() {
-		if o := rb("close", name); o.res.ExitCode != 0 {
-			t.Errorf("close: %s", o.stderr)
-		}
+		o := rb("close", name)
+		assert.Equal(t, 0, o.res.ExitCode, "close: %s", o.stderr)
 	}()
 	o = rb("exec", name, "--", "echo", "from inside")
 	require.NoError(t, o.err)

@@ -7,6 +7,8 @@ import (
 	"io"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/docker"
 )
@@ -31,13 +33,9 @@ func BenchmarkGVisorOpen(b *testing.B) {
 		return func(b *testing.B) {
 			for b.Loop() {
 				s, err := e.Open(ctx, spec)
-				if err != nil {
-					b.Fatal(err)
-				}
+				require.NoError(b, err)
 				b.StopTimer()
-				if err := s.Close(ctx); err != nil {
-					b.Fatal(err)
-				}
+				require.NoError(b, s.Close(ctx))
 				b.StartTimer()
 			}
 		}
@@ -63,9 +61,8 @@ func BenchmarkGVisorRunTrue(b *testing.B) {
 	bench := func(s runbox.Session) func(b *testing.B) {
 		return func(b *testing.B) {
 			for b.Loop() {
-				if _, err := s.Run(ctx, argv("true"), runbox.Streams{}); err != nil {
-					b.Fatal(err)
-				}
+				_, err := s.Run(ctx, argv("true"), runbox.Streams{})
+				require.NoError(b, err)
 			}
 		}
 	}
@@ -85,9 +82,8 @@ func BenchmarkGVisorStream64MiB(b *testing.B) {
 		return func(b *testing.B) {
 			b.SetBytes(streamBytes)
 			for b.Loop() {
-				if _, err := s.Run(ctx, runbox.Command{Args: streamCmd}, runbox.Streams{Stdout: io.Discard}); err != nil {
-					b.Fatal(err)
-				}
+				_, err := s.Run(ctx, runbox.Command{Args: streamCmd}, runbox.Streams{Stdout: io.Discard})
+				require.NoError(b, err)
 			}
 		}
 	}

@@ -45,7 +45,7 @@ func needRuntime(t testing.TB, e *docker.Executor, name string) {
 		msg = "the Engine has a " + name + " runtime but cannot run a container with it: " + runtimeErr.Error()
 	}
 	if os.Getenv("CI") == "true" {
-		t.Fatal(msg)
+		require.FailNow(t, msg)
 	}
 	t.Skip(msg)
 }

@@ -164,7 +164,7 @@ func TestRunCancellation(t *testing.T) {
 		assert.ErrorIs(t, err, runbox.ErrCancelled)
 		assert.ErrorIs(t, err, context.Canceled)
 	case <-time.After(30 * time.Second):
-		t.Fatal("Run did not return after cancellation")
+		require.FailNow(t, "Run did not return after cancellation")
 	}
 
 	// What docs/docker.md claims: plain Engine exec cannot be killed, so
@@ -450,7 +450,7 @@ func TestCloseInterruptsRun(t *testing.T) {
 	case err := <-errc:
 		assert.ErrorIs(t, err, runbox.ErrSessionClosed)
 	case <-time.After(time.Minute):
-		t.Fatal("Run did not return after Close")
+		require.FailNow(t, "Run did not return after Close")
 	}
 }
 

@@ -28,9 +28,8 @@ func buildCLI(t *testing.T) string {
 	bin := filepath.Join(t.TempDir(), "runbox")
 	build := exec.Command("go", "build", "-o", bin, ".")
 	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatal(err, string(out))
-	}
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, string(out))
 	return bin
 }
 

@@ -65,18 +65,15 @@ func FuzzReader(f *testing.F) {
 		for range 64 {
 			f, err := r.Next()
 			if err != nil {
-				if !errors.Is(err, io.EOF) && !errors.Is(err, ErrProtocol) {
-					t.Fatalf("unexpected error kind: %v", err)
-				}
+				require.True(t, errors.Is(err, io.EOF) || errors.Is(err, ErrProtocol), "unexpected error kind: %v", err)
 				return
 			}
-			if len(f.Payload) > MaxPayload || f.Type == 0 || f.Type >= typeEnd {
-				t.Fatalf("invalid frame accepted: %v", f.Type)
-			}
+			require.LessOrEqual(t, len(f.Payload), MaxPayload, "payload of an accepted frame")
+			require.True(t, f.Type != 0 && f.Type < typeEnd, "invalid frame accepted: %v", f.Type)
 			// Every JSON payload either decodes or is a protocol error.
 			var v StartRequest
-			if err := Decode(f, &v); err != nil && !errors.Is(err, ErrProtocol) {
-				t.Fatal(err)
+			if err := Decode(f, &v); !errors.Is(err, ErrProtocol) {
+				require.NoError(t, err)
 			}
 		}
 	})
