@@ -40,6 +40,18 @@ func containersLabelled(t *testing.T, cli *client.Client, label string) []string
 	return out
 }
 
+// staysRunning checks, for d, that the session id keeps running: a test
+// of a time to live must let the time pass, and watches the session
+// meanwhile instead of sleeping blind. It asks the Engine, never the
+// agent, since connecting to the agent would renew the lease.
+func staysRunning(t *testing.T, cli *client.Client, id string, d time.Duration, why string) {
+	t.Helper()
+	require.Never(t, func() bool {
+		c, err := cli.ContainerInspect(context.Background(), id, client.ContainerInspectOptions{})
+		return err != nil || c.Container.State == nil || !c.Container.State.Running
+	}, d, 100*time.Millisecond, why)
+}
+
 // buildOwner builds the owner program.
 func buildOwner(t *testing.T) string {
 	t.Helper()
@@ -164,15 +176,15 @@ func TestLeaseEndsSessionsOfDeadOwners(t *testing.T) {
 func TestLeaseLivesWithItsOwner(t *testing.T) {
 	e := agentExecutor(t, docker.WithLease(testLease))
 	s := open(t, e, baseSpec())
-	time.Sleep(3 * testLease) // renewed meanwhile by the Session
+	staysRunning(t, e.Client(), s.ID(), 3*testLease, "ended though its Session renews it")
 	o := run(t, s, argv("echo", "alive"))
 	require.NoError(t, o.err)
 	assert.Equal(t, "alive\n", o.stdout)
 
 	require.NoError(t, s.Detach(context.Background()))
 	require.NoError(t, e.Close())
-	time.Sleep(3 * testLease) // nobody renews now; released, it stays
 	other := agentExecutor(t)
+	staysRunning(t, other.Client(), s.ID(), 3*testLease, "a detached session ended unrenewed")
 	s2, err := other.Session(context.Background(), s.ID())
 	require.NoError(t, err)
 	o = run(t, s2, argv("echo", "still"))
@@ -188,8 +200,9 @@ func TestLeaseCLI(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	id := strings.TrimSpace(r.stdout)
 	t.Cleanup(func() { cli(t, nil, "close", id) })
+	watch := newExecutor(t).Client()
 	for range 4 {
-		time.Sleep(testLease / 2)
+		staysRunning(t, watch, id, testLease/2, "ended while renewed")
 		r = cli(t, nil, "renew", id)
 		require.Equal(t, 0, r.code, r.stderr)
 	}
