@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -87,9 +88,12 @@ var lifecycleCases = []lifecycleCase{
 	},
 	{
 		name:   "close unread while the output fills every buffer",
-		script: "while :; do echo 0123456789012345678901234567890123456789012345678901234567890123456789; done",
+		script: "echo filling >&2; while :; do echo 0123456789012345678901234567890123456789012345678901234567890123456789; done",
 		check: func(t *testing.T, p runbox.StreamingProcess) {
-			time.Sleep(200 * time.Millisecond) // let the buffers fill
+			// Once the loop runs, stdout (never read) fills every buffer
+			// on the way and the writer blocks; Close meets it there or
+			// on its way there, and must work either way.
+			readExactly(t, p.Stderr(), "filling\n")
 			closeAndWait(t, p)
 		},
 	},
@@ -97,15 +101,19 @@ var lifecycleCases = []lifecycleCase{
 		name:   "close while readers are blocked",
 		script: "sleep 1000",
 		check: func(t *testing.T, p runbox.StreamingProcess) {
-			var wg sync.WaitGroup
+			var wg, reading sync.WaitGroup
 			for _, r := range []io.Reader{p.Stdout(), p.Stderr()} {
 				wg.Add(1)
+				reading.Add(1)
 				go func() {
 					defer wg.Done()
+					reading.Done()
 					_, _ = io.ReadAll(r) // the end, or an error: either releases the reader
 				}()
 			}
-			time.Sleep(100 * time.Millisecond) // let the readers block
+			// Both readers are in (or entering) a Read that nothing will
+			// answer: the command writes nothing.
+			reading.Wait()
 			closeAndWait(t, p)
 			within(t, "a reader blocked when Close was called", wg.Wait)
 		},
@@ -294,6 +302,17 @@ func closeProcess(t *testing.T, p runbox.StreamingProcess) {
 
 // closeAndWait closes a running process; Wait then reports its end (killed)
 // at once.
+// readExactly reads len(want) bytes from r and checks them.
+func readExactly(t *testing.T, r io.Reader, want string) {
+	t.Helper()
+	got := make([]byte, len(want))
+	var err error
+	within(t, "reading "+strconv.Quote(want), func() { _, err = io.ReadFull(r, got) })
+	if err != nil || string(got) != want {
+		t.Fatalf("read %q, %v; want %q", got, err, want)
+	}
+}
+
 func closeAndWait(t *testing.T, p runbox.StreamingProcess) {
 	t.Helper()
 	closeProcess(t, p)
