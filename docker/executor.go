@@ -48,6 +48,9 @@ type Executor struct {
 	reapOnce     sync.Once     // Reap at the first Open
 	endpoint     Endpoint      // the Engine, as it was chosen
 	runtimes     runtimeCache  // the Engine's OCI runtimes
+
+	poolMu sync.Mutex
+	pools  []*Pool // open pools, searched by Open
 }
 
 var _ runbox.Executor = (*Executor)(nil)
@@ -208,14 +211,16 @@ func New(opts ...Option) (*Executor, error) {
 // Client returns the Engine client the Executor uses.
 func (e *Executor) Client() *client.Client { return e.cli }
 
-// Close releases the Engine connection (when New created it). Sessions
-// still open stay open; close them first.
+// Close closes the Executor's pools (removing their unused sessions) and
+// releases the Engine connection (when New created it). Sessions still
+// open stay open; close them first.
 func (e *Executor) Close() error {
+	err := e.closePools()
 	e.raw.CloseIdleConnections()
 	if e.ownsClient {
-		return e.cli.Close()
+		return errors.Join(err, e.cli.Close())
 	}
-	return nil
+	return err
 }
 
 // imageIDPattern matches a full or short image ID, with or without the

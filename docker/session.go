@@ -70,24 +70,45 @@ func (e *Executor) OpenSession(ctx context.Context, spec runbox.Spec) (*Session,
 }
 
 func (e *Executor) open(ctx context.Context, spec runbox.Spec) (*Session, error) {
-	if err := spec.Validate(); err != nil {
+	spec, err := e.checkSpec(spec)
+	if err != nil {
 		return nil, err
+	}
+	if p := e.poolFor(spec); p != nil {
+		if s, err := p.handOut(ctx, spec.Name); s != nil || err != nil {
+			return s, err
+		}
+		// The pool is empty for now (it is refilling): open as without one.
+	}
+	return e.create(ctx, spec)
+}
+
+// checkSpec runs the checks that need no Engine and returns spec with
+// the default network filled in.
+func (e *Executor) checkSpec(spec runbox.Spec) (runbox.Spec, error) {
+	if err := spec.Validate(); err != nil {
+		return spec, err
 	}
 	if err := validateImageRef(spec.Image); err != nil {
-		return nil, err
+		return spec, err
 	}
 	if err := checkReservedMounts(spec.Mounts); err != nil {
-		return nil, err
+		return spec, err
 	}
 	if err := e.checkMountSources(spec.Mounts); err != nil {
-		return nil, err
+		return spec, err
 	}
 	if spec.Name != "" && !namePattern.MatchString(spec.Name) {
-		return nil, fmt.Errorf("%w: session name %q must match %s", runbox.ErrInvalidSpec, spec.Name, namePattern)
+		return spec, fmt.Errorf("%w: session name %q must match %s", runbox.ErrInvalidSpec, spec.Name, namePattern)
 	}
 	if spec.Network == "" {
 		spec.Network = runbox.NetworkNone
 	}
+	return spec, nil
+}
+
+// create creates and starts a session of spec, which checkSpec passed.
+func (e *Executor) create(ctx context.Context, spec runbox.Spec) (*Session, error) {
 	if err := e.checkNetwork(ctx, spec.Network); err != nil {
 		return nil, err
 	}

@@ -4,9 +4,10 @@
 //
 //	owner IMAGE TTL LABEL=VALUE MODE
 //
-// MODE is "run" (run `sleep` commands one after another) or "idle". It
-// prints "opened ID" once the session is open. With RUNBOX_OWNER_PLAIN set
-// the session has no agent.
+// MODE is "run" (run `sleep` commands one after another), "idle", or
+// "pool" (keep a warm pool of two sessions of the same Spec, take one of
+// them once the pool is full, and idle). It prints "opened ID" once the
+// session is open. With RUNBOX_OWNER_PLAIN set the session has no agent.
 package main
 
 import (
@@ -22,7 +23,7 @@ import (
 
 func main() {
 	if len(os.Args) != 5 {
-		fmt.Fprintln(os.Stderr, "usage: owner IMAGE TTL LABEL=VALUE run|idle")
+		fmt.Fprintln(os.Stderr, "usage: owner IMAGE TTL LABEL=VALUE run|idle|pool")
 		os.Exit(2)
 	}
 	ttl, err := time.ParseDuration(os.Args[2])
@@ -41,7 +42,18 @@ func main() {
 		os.Exit(1)
 	}
 	ctx := context.Background()
-	s, err := e.Open(ctx, runbox.Spec{Image: os.Args[1], Process: []string{"sleep", "1000000"}, Labels: map[string]string{k: v}})
+	spec := runbox.Spec{Image: os.Args[1], Process: []string{"sleep", "1000000"}, Labels: map[string]string{k: v}}
+	if os.Args[4] == "pool" {
+		p, err := e.NewPool(spec, docker.PoolOptions{Size: 2})
+		if err == nil {
+			err = p.WaitReady(ctx)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
+	s, err := e.Open(ctx, spec)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
