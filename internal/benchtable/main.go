@@ -55,7 +55,7 @@ func main() {
 				continue
 			}
 			base := median(g[variant])
-			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%.3f\t\n", name, variant, format(rb), format(base), rb.ns/base.ns)
+			fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t\n", name, variant, format(rb), format(base), formatRatio(rb.ns/base.ns))
 		}
 	}
 	w.Flush()
@@ -81,8 +81,20 @@ func parse(r io.Reader) (map[string]map[string][]row, []string, error) {
 	return groups, order, sc.Err()
 }
 
+// formatRatio keeps three significant digits of ratios far below 1 (a
+// pooled Open against an Engine create), which "%.3f" would print as 0.
+func formatRatio(r float64) string {
+	if r < 0.1 {
+		return fmt.Sprintf("%.3g", r)
+	}
+	return fmt.Sprintf("%.3f", r)
+}
+
 func format(r row) string {
 	s := fmt.Sprintf("%.2f ms/op", r.ns/1e6)
+	if r.ns < 1e5 {
+		s = fmt.Sprintf("%.1f µs/op", r.ns/1e3)
+	}
 	if r.mbs > 0 {
 		s += fmt.Sprintf(" (%.0f MB/s)", r.mbs)
 	}

@@ -32,3 +32,15 @@ PASS`
 		t.Errorf("MB/s %v", got)
 	}
 }
+
+func TestFormatSmall(t *testing.T) {
+	if got := formatRatio(0.000346); got != "0.000346" {
+		t.Errorf("formatRatio: %q", got)
+	}
+	if got := formatRatio(1.25); got != "1.250" {
+		t.Errorf("formatRatio: %q", got)
+	}
+	if got := format(row{ns: 71400}); got != "71.4 µs/op" {
+		t.Errorf("format: %q", got)
+	}
+}
