@@ -4,6 +4,7 @@ package integration
 
 import (
 	"context"
+	"io"
 	"os/exec"
 	"testing"
 
@@ -14,12 +15,21 @@ import (
 
 // The agent's measured goals, each in one run beside its baseline:
 // "runbox" goes through the agent, "raw" is plain Engine exec through the
-// moby client, "dockercli" is `docker exec`, "plain" is Open without agent.
+// moby client, "dockercli" is `docker exec`, "plain" is Open without agent,
+// "floor" is one fork and exec on the host (os/exec), the least any
+// command can cost, and "hostpipe" the same bytes through a host pipe.
 
 func BenchmarkAgentRunTrue(b *testing.B) {
 	e := agentExecutor(b)
 	s := open(b, e, baseSpec())
 	benchRunTrue(b, e, s)
+	b.Run("floor", func(b *testing.B) {
+		for b.Loop() {
+			if err := exec.Command("true").Run(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("dockercli", func(b *testing.B) {
 		if _, err := exec.LookPath("docker"); err != nil {
 			b.Skip("no docker CLI")
@@ -34,6 +44,18 @@ func BenchmarkAgentRunTrue(b *testing.B) {
 func BenchmarkAgentStream64MiB(b *testing.B) {
 	e := agentExecutor(b)
 	benchStream(b, e, open(b, e, baseSpec()))
+	b.Run("hostpipe", func(b *testing.B) {
+		b.SetBytes(streamBytes)
+		for b.Loop() {
+			// A writer that is not a file: os/exec copies from a pipe, as
+			// the agent's caller does.
+			cmd := exec.Command(streamCmd[0], streamCmd[1:]...)
+			cmd.Stdout = io.Discard
+			if err := cmd.Run(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }
 
 func BenchmarkAgentOpen(b *testing.B) {
