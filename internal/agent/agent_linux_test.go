@@ -323,3 +323,61 @@ func TestLookupUser(t *testing.T) {
 		assert.Equal(t, c.groups, cred.Groups, c.spec)
 	}
 }
+
+// TestNoStdin: a command run without input finds its stdin at end of file
+// at once, with no started or stdin-eof frame in between.
+func TestNoStdin(t *testing.T) {
+	c := inProcessAgent(t)
+	require.True(t, c.noStdin, "the agent says it honours NoStdin")
+	out, _, ex, err := run(t, c, StartRequest{Args: []string{"sh", "-c", "cat; echo done"}}, nil)
+	require.NoError(t, err)
+	assert.Equal(t, 0, ex.Code)
+	assert.Equal(t, "done\n", out)
+	out, _, _, err = run(t, c, StartRequest{Args: []string{"cat"}}, strings.NewReader("given"))
+	require.NoError(t, err)
+	assert.Equal(t, "given", out, "with input, stdin still flows")
+}
+
+// TestNoStdinOlderAgent: an agent whose hello does not offer NoStdin is
+// asked as before, and sent the stdin-eof frame once the command started.
+func TestNoStdinOlderAgent(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	frames := make(chan Frame, 8)
+	go func() {
+		defer close(frames)
+		r := NewReader(a)
+		if _, err := r.Next(); err != nil {
+			return
+		}
+		if WriteJSON(a, TypeHello, 0, Hello{Version: Version}) != nil {
+			return
+		}
+		start, err := r.Next()
+		if err != nil {
+			return
+		}
+		frames <- Frame{Type: start.Type, ID: start.ID, Payload: append([]byte(nil), start.Payload...)}
+		if WriteJSON(a, TypeStarted, start.ID, Started{Pid: 7}) != nil {
+			return
+		}
+		eof, err := r.Next()
+		if err != nil {
+			return
+		}
+		frames <- Frame{Type: eof.Type, ID: eof.ID}
+		_ = WriteJSON(a, TypeExit, start.ID, Exit{Code: 0})
+	}()
+	c, err := NewClient(b, ClientOptions{Timeout: 5 * time.Second})
+	require.NoError(t, err)
+	defer c.Close()
+	require.False(t, c.noStdin)
+	ex, err := c.Run(context.Background(), StartRequest{Args: []string{"cat"}}, RunOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, 0, ex.Code)
+	start := <-frames
+	var req StartRequest
+	require.NoError(t, Decode(start, &req))
+	assert.False(t, req.NoStdin)
+	assert.Equal(t, TypeStdinEOF, (<-frames).Type)
+}

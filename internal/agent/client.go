@@ -39,6 +39,8 @@ type Client struct {
 	nextID uint32
 	err    error         // why the connection ended
 	closed chan struct{} // closed when the connection ended
+
+	noStdin bool // the agent honours StartRequest.NoStdin
 }
 
 // ClientOptions configure a connection to an agent.
@@ -76,6 +78,7 @@ func NewClient(rw io.ReadWriteCloser, o ClientOptions) (*Client, error) {
 			rw.Close()
 			return nil, fmt.Errorf("runbox/agent: handshake: %w", res.err)
 		}
+		c.noStdin = res.h.NoStdin
 	case <-t.C:
 		rw.Close()
 		<-got
@@ -420,12 +423,17 @@ type RunOptions struct {
 // connection wraps ErrConnectionLost; when ctx ends the command's process
 // group is killed and ctx's error is returned.
 func (c *Client) Run(ctx context.Context, req StartRequest, o RunOptions) (Exit, error) {
+	// Without input, the command's stdin is at end of file from the start:
+	// no started frame to wait for, no stdin-eof frame to send.
+	req.NoStdin = c.noStdin && o.Stdin == nil && !req.TTY
 	call, err := c.Start(req)
 	if err != nil {
 		return Exit{}, err
 	}
 	defer call.Abandon()
-	go call.wakeOnClose()
+	if !req.NoStdin {
+		go call.wakeOnClose() // wakes a stdin writer waiting for credit
+	}
 	stdout, stderr := o.Stdout, o.Stderr
 	if stdout == nil {
 		stdout = io.Discard
@@ -439,6 +447,9 @@ func (c *Client) Run(ctx context.Context, req StartRequest, o RunOptions) (Exit,
 			return
 		}
 		stdinStarted = true
+		if req.NoStdin {
+			return
+		}
 		if o.Stdin == nil {
 			if !req.TTY {
 				_ = call.CloseStdin()

@@ -95,6 +95,10 @@ type Hello struct {
 	// Proof is the agent's answer to the client's nonce when the session
 	// has a key: see AgentProof. Empty on a keyless connection.
 	Proof []byte `json:"proof,omitempty"`
+	// NoStdin, in the agent's hello, says that it honours
+	// StartRequest.NoStdin. Agents of the same protocol version that
+	// predate it leave it unset, and are sent the stdin-eof frame.
+	NoStdin bool `json:"noStdin,omitempty"`
 }
 
 // Lease renews or releases the session's lease. A leased session ends
@@ -130,6 +134,11 @@ type StartRequest struct {
 	// User runs the command as "user[:group]" (names or numbers, resolved
 	// in the session's /etc/passwd and /etc/group); "" as the agent's user.
 	User string `json:"user,omitempty"`
+	// NoStdin starts the command with its stdin already at end of file
+	// and skips the started frame: a command that takes no input then
+	// costs one frame each way, the start and the exit. Only for agents
+	// whose hello said NoStdin; never with TTY.
+	NoStdin bool `json:"noStdin,omitempty"`
 }
 
 // Started reports the command's process ID in the session.

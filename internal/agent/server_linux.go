@@ -564,7 +564,7 @@ func (c *conn) handshake(r *Reader) error {
 		return fmt.Errorf("unsupported protocol version %d (this agent speaks %d)", h.Version, Version)
 	}
 	nonce := random(NonceSize)
-	reply := Hello{Version: Version, Pid: os.Getpid(), Nonce: nonce}
+	reply := Hello{Version: Version, Pid: os.Getpid(), Nonce: nonce, NoStdin: true}
 	if c.s.key != nil {
 		if len(h.Nonce) != NonceSize {
 			return fmt.Errorf("%w: the client sent no nonce", ErrAuth)
@@ -858,9 +858,15 @@ func (c *conn) start(id uint32, req StartRequest) {
 		return
 	}
 	c.cmds.Store(id, cmd)
-	_ = c.sendJSON(TypeStarted, id, Started{Pid: cmd.pid})
-
-	go cmd.pumpStdin(c, id)
+	if req.NoStdin && !req.TTY {
+		// End of file at once, and no started frame: the client has
+		// nothing to send and waits only for the exit.
+		cmd.stdin.Close()
+		cmd.stopStdin()
+	} else {
+		_ = c.sendJSON(TypeStarted, id, Started{Pid: cmd.pid})
+		go cmd.pumpStdin(c, id)
+	}
 	var outputs sync.WaitGroup
 	pump := func(f *os.File, t Type) {
 		defer outputs.Done()
