@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
+	"slices"
 	"sync"
 	"time"
 
@@ -114,7 +116,7 @@ func (e *Executor) NewPool(spec runbox.Spec, opts PoolOptions) (*Pool, error) {
 	if e.lease <= 0 {
 		return nil, fmt.Errorf("%w: a pool needs leased sessions (the Executor was made WithoutLease): a dead program would leave its unused sessions behind", runbox.ErrInvalidSpec)
 	}
-	spec, err := e.checkSpec(spec)
+	spec, err := e.checkSpec(cloneSpec(spec))
 	if err != nil {
 		return nil, err
 	}
@@ -138,7 +140,7 @@ func (e *Executor) NewPool(spec runbox.Spec, opts PoolOptions) (*Pool, error) {
 }
 
 // Spec returns the Spec the pool's sessions are made of.
-func (p *Pool) Spec() runbox.Spec { return p.spec }
+func (p *Pool) Spec() runbox.Spec { return cloneSpec(p.spec) }
 
 // Stats reports the pool's state.
 func (p *Pool) Stats() PoolStats {
@@ -378,6 +380,20 @@ func (p *Pool) refill() {
 		p.notify()
 		p.mu.Unlock()
 	}
+}
+
+// cloneSpec copies spec's lists and maps, so that a caller that changes
+// its own afterwards changes neither the pool's sessions nor what they
+// match.
+func cloneSpec(s runbox.Spec) runbox.Spec {
+	s.Process = slices.Clone(s.Process)
+	s.Mounts = slices.Clone(s.Mounts)
+	s.Env = slices.Clone(s.Env)
+	s.Labels = maps.Clone(s.Labels)
+	s.Security.CapDrop = slices.Clone(s.Security.CapDrop)
+	s.Security.CapAdd = slices.Clone(s.Security.CapAdd)
+	s.Security.Tmpfs = slices.Clone(s.Security.Tmpfs)
+	return s
 }
 
 // poolFor returns the Executor's pool whose sessions match spec, if any.
