@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -305,4 +306,45 @@ func TestPoolOwnerKilled(t *testing.T) {
 		require.NoError(t, err)
 		assert.Empty(t, containersLabelled(t, cli, label), "trial %d: Reap left the dead program's containers", trial)
 	}
+}
+
+// TestPoolSkipsEndedSessions: a pooled session whose lifetime process
+// ended while it waited is removed, never handed out; Open then gets a
+// live session.
+func TestPoolSkipsEndedSessions(t *testing.T) {
+	e := newExecutor(t, docker.WithoutAgent())
+	cli := e.Client()
+	ctx := context.Background()
+	spec, label := poolSpec(t)
+	p := newPool(t, e, spec, docker.PoolOptions{Size: 2})
+	res, err := cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: client.Filters{}.Add("label", label)})
+	require.NoError(t, err)
+	require.Len(t, res.Items, 2)
+	ended := map[string]bool{}
+	for _, c := range res.Items {
+		ended[c.ID] = true
+		_, err := cli.ContainerKill(ctx, c.ID, client.ContainerKillOptions{Signal: "KILL"})
+		require.NoError(t, err)
+		wait := cli.ContainerWait(ctx, c.ID, client.ContainerWaitOptions{Condition: container.WaitConditionNotRunning})
+		select {
+		case <-wait.Result:
+		case err := <-wait.Error:
+			require.NoError(t, err)
+		}
+	}
+
+	s := open(t, e, spec)
+	assert.False(t, ended[s.ID()], "a session that had ended was handed out")
+	assert.Equal(t, 0, p.Stats().HandedOut)
+	o := run(t, s, argv("echo", "live"))
+	require.NoError(t, o.err)
+	assert.Equal(t, "live\n", o.stdout)
+	require.Eventually(t, func() bool {
+		for id := range ended {
+			if _, err := cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{}); err == nil {
+				return false
+			}
+		}
+		return true
+	}, time.Minute, 20*time.Millisecond, "the ended sessions were not removed")
 }
