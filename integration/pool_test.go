@@ -82,7 +82,7 @@ func TestPoolHandOut(t *testing.T) {
 	s3 := open(t, e, named)
 	require.False(t, ids[s3.ID()])
 	assert.Equal(t, 3, p.Stats().HandedOut, "a Spec that differs only in its name is served from the pool")
-	assert.Equal(t, named.Name, s3.(*docker.Session).Spec().Name)
+	assert.Equal(t, named.Name, s3.Spec().Name)
 	c, err := e.Client().ContainerInspect(context.Background(), s3.ID(), client.ContainerInspectOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, "/"+named.Name, c.Container.Name)
