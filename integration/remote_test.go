@@ -47,7 +47,7 @@ var (
 
 // needRemote returns the second Engine, importing the fixture image into
 // it once. It fails under CI=true when there is none, and skips otherwise.
-func needRemote(t *testing.T) remoteEngines {
+func needRemote(t testing.TB) remoteEngines {
 	t.Helper()
 	needEngine(t)
 	remoteOnce.Do(func() {
@@ -95,7 +95,7 @@ func needRemote(t *testing.T) remoteEngines {
 
 // sweepRemote removes what this run left on the second Engine and fails
 // the test when sessions survived it.
-func sweepRemote(t *testing.T, r remoteEngines) {
+func sweepRemote(t testing.TB, r remoteEngines) {
 	cli, err := client.New(client.WithHost(r.socket))
 	require.NoError(t, err)
 	defer cli.Close()
@@ -106,7 +106,7 @@ func sweepRemote(t *testing.T, r remoteEngines) {
 
 // clearEngineEnv leaves only what a route sets: no DOCKER_HOST, context or
 // TLS variable of the developer's, and an empty docker configuration.
-func clearEngineEnv(t *testing.T) string {
+func clearEngineEnv(t testing.TB) string {
 	for _, k := range []string{docker.EnvHost, docker.EnvContext, docker.EnvTLSVerify, docker.EnvTLS, docker.EnvCertPath} {
 		t.Setenv(k, "")
 		os.Unsetenv(k)
