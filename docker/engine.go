@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -196,10 +197,7 @@ func defaultEndpoint(host, dir string) (dockerctx.Endpoint, error) {
 // contextEndpoint reads a named context's Engine endpoint and TLS
 // material from the docker CLI's store.
 func contextEndpoint(dir, name string) (dockerctx.Endpoint, error) {
-	s := store.New(filepath.Join(dir, "contexts"), store.NewConfig(
-		func() any { return &map[string]any{} },
-		store.EndpointTypeGetter(dockerctx.DockerEndpoint, func() any { return &dockerctx.EndpointMeta{} }),
-	))
+	s := contextStore(dir)
 	meta, err := s.GetMetadata(name)
 	if err != nil {
 		return dockerctx.Endpoint{}, err
@@ -212,6 +210,29 @@ func contextEndpoint(dir, name string) (dockerctx.Endpoint, error) {
 		return dockerctx.Endpoint{}, errors.New("the context has no Engine host")
 	}
 	return dockerctx.WithTLSData(s, name, epMeta)
+}
+
+// Contexts returns the names of the docker contexts a caller can choose
+// with WithContext: DefaultContext first (the Engine of DOCKER_HOST, the
+// TLS variables or the default socket), then the contexts of the docker
+// CLI's store ($DOCKER_CONFIG/contexts) in name order. It reads the store
+// only and connects to no Engine, so one Executor per name reaches every
+// Engine the user has set up.
+func Contexts() ([]string, error) {
+	names, err := store.Names(contextStore(configDir()))
+	if err != nil {
+		return nil, fmt.Errorf("runbox/docker: docker contexts: %w", err)
+	}
+	slices.Sort(names)
+	return append([]string{DefaultContext}, slices.DeleteFunc(names, func(n string) bool { return n == DefaultContext })...), nil
+}
+
+// contextStore opens the docker CLI's context store under dir.
+func contextStore(dir string) *store.ContextStore {
+	return store.New(filepath.Join(dir, "contexts"), store.NewConfig(
+		func() any { return &map[string]any{} },
+		store.EndpointTypeGetter(dockerctx.DockerEndpoint, func() any { return &dockerctx.EndpointMeta{} }),
+	))
 }
 
 // isSocket says whether addr is a local socket, which needs no TLS.

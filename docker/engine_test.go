@@ -247,3 +247,16 @@ func TestResolveEndpointTLSEnv(t *testing.T) {
 		assert.Equal(t, files["ca.pem"], dep.TLSData.CA)
 	})
 }
+
+func TestContexts(t *testing.T) {
+	dir := engineEnv(t)
+	names, err := Contexts()
+	require.NoError(t, err)
+	assert.Equal(t, []string{DefaultContext}, names, "no store: the default context only")
+
+	writeContext(t, dir, "zeta", "tcp://zeta.example:2375", false, nil)
+	writeContext(t, dir, "alpha", "ssh://me@alpha.example", false, nil)
+	names, err = Contexts()
+	require.NoError(t, err)
+	assert.Equal(t, []string{DefaultContext, "alpha", "zeta"}, names)
+}

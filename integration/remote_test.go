@@ -517,3 +517,69 @@ func TestCallerInContainerWithHostSocket(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, docker.AgentAuthKey, s.AgentAuth())
 }
+
+// One program holds sessions on two Engines at once (one Executor each),
+// and `runbox ls --all-contexts` lists them together; an Engine that does
+// not answer is named and the others are still listed.
+func TestRemoteAllContexts(t *testing.T) {
+	r := needRemote(t)
+	t.Cleanup(func() { sweepRemote(t, r) })
+	bin := runboxBinary(t)
+	cfg := clearEngineEnv(t)
+	dockerCLI(t, "--config", cfg, "context", "create", "rbx-all", "--docker",
+		fmt.Sprintf("host=%s,ca=%s/ca.pem,cert=%s/cert.pem,key=%s/key.pem", r.tcp, r.certs, r.certs, r.certs))
+	ctx := context.Background()
+
+	local := newExecutor(t)
+	remote := newExecutor(t, docker.WithContext("rbx-all"), docker.WithAgent(bin), docker.WithAgentRequired())
+	localName, remoteName := "rbx-all-local-"+runID, "rbx-all-remote-"+runID
+	spec := baseSpec()
+	spec.Name = localName
+	ls := open(t, local, spec)
+	spec = baseSpec()
+	spec.Init = false
+	spec.Name = remoteName
+	rs := open(t, remote, spec)
+
+	var wg sync.WaitGroup
+	outs := make([]output, 2)
+	for i, s := range []runbox.Session{ls, rs} {
+		wg.Go(func() { outs[i] = run(t, s, runbox.ShellCommand("cat /etc/hostname")) })
+	}
+	wg.Wait()
+	for i, o := range outs {
+		require.NoError(t, o.err)
+		assert.Equal(t, []runbox.Session{ls, rs}[i].ID()[:12]+"\n", o.stdout)
+	}
+	_, err := local.Find(ctx, remoteName)
+	assert.ErrorIs(t, err, runbox.ErrSessionNotFound, "each Executor sees its own Engine's sessions")
+	_, err = remote.Find(ctx, localName)
+	assert.ErrorIs(t, err, runbox.ErrSessionNotFound)
+
+	res := runCmd(t, exec.Command(bin, "ls", "--all-contexts"))
+	require.Equal(t, 0, res.code, res.stderr)
+	assert.Regexp(t, `(?m)^CONTEXT\s+ID\s+NAME`, res.stdout)
+	assert.Regexp(t, `(?m)^default\s+`+ls.ID()[:12]+`\s+`+localName+`\s`, res.stdout)
+	assert.Regexp(t, `(?m)^rbx-all\s+`+rs.ID()[:12]+`\s+`+remoteName+`\s`, res.stdout)
+
+	res = runCmd(t, exec.Command(bin, "ls", "--all-contexts", "--format", "{{.Context}} {{.Name}}"))
+	require.Equal(t, 0, res.code, res.stderr)
+	assert.Contains(t, res.stdout, "default "+localName+"\n")
+	assert.Contains(t, res.stdout, "rbx-all "+remoteName+"\n")
+	res = runCmd(t, exec.Command(bin, "ls", "--all-contexts", "--json"))
+	require.Equal(t, 0, res.code, res.stderr)
+	assert.Contains(t, res.stdout, `"name":"`+remoteName+`","image":`)
+	assert.Contains(t, res.stdout, `"context":"rbx-all"`)
+
+	dockerCLI(t, "--config", cfg, "context", "create", "rbx-dead", "--docker", "host=tcp://127.0.0.1:1")
+	res = runCmd(t, exec.Command(bin, "ls", "--all-contexts"))
+	assert.Equal(t, 125, res.code)
+	assert.Contains(t, res.stderr, "context rbx-dead")
+	assert.Contains(t, res.stderr, "tcp://127.0.0.1:1")
+	assert.Contains(t, res.stdout, localName, "the Engines that answer are still listed")
+	assert.Contains(t, res.stdout, remoteName)
+
+	res = runCmd(t, exec.Command(bin, "--context", "rbx-all", "ls", "--all-contexts"))
+	assert.Equal(t, 125, res.code)
+	assert.Contains(t, res.stderr, "cannot be combined")
+}

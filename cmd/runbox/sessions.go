@@ -529,10 +529,11 @@ type sessionJSON struct {
 	Created time.Time `json:"created"`
 	State   string    `json:"state"`
 	Owner   string    `json:"owner"`
+	Context string    `json:"context,omitempty"` // with --all-contexts
 }
 
 func newLs() *cobra.Command {
-	var asJSON, all, quiet, noTrunc bool
+	var asJSON, all, quiet, noTrunc, allContexts bool
 	var filters []string
 	var format string
 	cmd := &cobra.Command{
@@ -549,12 +550,19 @@ the fields .ID .Name .Image .Created .State .Owner .Labels, the method
 prints one JSON object per line. --json prints an array of objects with
 the fields id, name, image, created (RFC 3339), state and owner
 ("hostname/pid/start" of the creating process, or "hostname/cli" for
-sessions opened with runbox open).`,
+sessions opened with runbox open).
+
+--all-contexts lists the sessions of every Engine the docker CLI knows: the
+default one (DOCKER_HOST or the local socket) and each context of
+` + "`docker context ls`" + `, with a CONTEXT column (.Context, and "context" in
+JSON). An Engine that cannot be listed is named on stderr, the others are
+still listed, and the command then fails.`,
 		Example: `  runbox ls
   runbox ps -a --filter label=project=demo
   runbox ls -q | xargs runbox close
   runbox ls --format '{{.Name}} {{.Image}} {{.Label "project"}}'
-  runbox ls --json | jq -r '.[].id'`,
+  runbox ls --json | jq -r '.[].id'
+  runbox ls --all-contexts`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f, err := parseFilters(filters)
@@ -567,20 +575,17 @@ sessions opened with runbox open).`,
 					return fmt.Errorf("%w: --format: %w", runbox.ErrInvalidCommand, err)
 				}
 			}
-			e, err := newEngine()
-			if err != nil {
-				return err
-			}
-			defer e.Close()
-			sessions, err := e.Sessions(cmd.Context())
-			if err != nil {
-				return err
+			lists, listErr := listSessions(cmd, allContexts)
+			if lists == nil {
+				return listErr
 			}
 			now := time.Now()
 			var rows []sessionRow
-			for _, s := range sessions {
-				if (all || s.State == "running") && f.match(s, now) {
-					rows = append(rows, sessionRow(s))
+			for _, l := range lists {
+				for _, s := range l.sessions {
+					if (all || s.State == "running") && f.match(s, now) {
+						rows = append(rows, sessionRow{s, l.context})
+					}
 				}
 			}
 			out := cmd.OutOrStdout()
@@ -594,22 +599,25 @@ sessions opened with runbox open).`,
 			case asJSON:
 				list := make([]sessionJSON, 0, len(rows))
 				for _, s := range rows {
-					list = append(list, sessionJSON{s.ID, s.Name, s.Image, s.Created, s.State, s.Owner})
+					list = append(list, sessionJSON{s.ID, s.Name, s.Image, s.Created, s.State, s.Owner, s.Context})
 				}
-				return json.NewEncoder(out).Encode(list)
+				if err := json.NewEncoder(out).Encode(list); err != nil {
+					return err
+				}
+				return listErr
 			case quiet:
 				for _, s := range rows {
 					fmt.Fprintln(out, short(s.ID))
 				}
-				return nil
+				return listErr
 			case format == "json":
 				enc := json.NewEncoder(out)
 				for _, s := range rows {
-					if err := enc.Encode(sessionJSON{s.ID, s.Name, s.Image, s.Created, s.State, s.Owner}); err != nil {
+					if err := enc.Encode(sessionJSON{s.ID, s.Name, s.Image, s.Created, s.State, s.Owner, s.Context}); err != nil {
 						return err
 					}
 				}
-				return nil
+				return listErr
 			case tmpl != nil:
 				for _, s := range rows {
 					if err := tmpl.Execute(out, s); err != nil {
@@ -617,14 +625,23 @@ sessions opened with runbox open).`,
 					}
 					fmt.Fprintln(out)
 				}
-				return nil
+				return listErr
 			}
 			w := tabwriter.NewWriter(out, 0, 0, 3, ' ', 0)
+			if allContexts {
+				fmt.Fprint(w, "CONTEXT\t")
+			}
 			fmt.Fprintln(w, "ID\tNAME\tIMAGE\tAGE\tSTATE")
 			for _, s := range rows {
+				if allContexts {
+					fmt.Fprintf(w, "%s\t", s.Context)
+				}
 				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", short(s.ID), s.Name, s.Image, age(s.Created), s.State)
 			}
-			return w.Flush()
+			if err := w.Flush(); err != nil {
+				return err
+			}
+			return listErr
 		},
 	}
 	fl := cmd.Flags()
@@ -634,11 +651,72 @@ sessions opened with runbox open).`,
 	fl.BoolVar(&noTrunc, "no-trunc", false, "print full IDs")
 	fl.StringArrayVar(&filters, "filter", nil, "only sessions matching KEY=VALUE (label, name, id, status, ancestor, until; repeatable)")
 	fl.StringVar(&format, "format", "", "print each session through a Go template, or json")
+	fl.BoolVar(&allContexts, "all-contexts", false, "list the sessions of every docker context's Engine, with a CONTEXT column")
 	return cmd
 }
 
-// sessionRow is what ls --format templates see.
-type sessionRow docker.SessionInfo
+// contextSessions are the sessions of one Engine; context is empty unless
+// every context is listed.
+type contextSessions struct {
+	context  string
+	sessions []docker.SessionInfo
+}
+
+// listSessions lists the sessions of the Engine in use or, with all, of
+// every docker context's Engine. An Engine that cannot be listed is named
+// on stderr and the others are still listed; the returned error then says
+// which failed. Without any list the error is the only result.
+func listSessions(cmd *cobra.Command, all bool) ([]contextSessions, error) {
+	if !all {
+		e, err := newEngine()
+		if err != nil {
+			return nil, err
+		}
+		defer e.Close()
+		sessions, err := e.Sessions(cmd.Context())
+		if err != nil {
+			return nil, err
+		}
+		return []contextSessions{{sessions: sessions}}, nil
+	}
+	if engineFlags.host != "" || engineFlags.context != "" {
+		return nil, fmt.Errorf("%w: --all-contexts lists every Engine: it cannot be combined with --host or --context", runbox.ErrInvalidCommand)
+	}
+	names, err := docker.Contexts()
+	if err != nil {
+		return nil, err
+	}
+	lists := []contextSessions{}
+	var failed []string
+	for _, name := range names {
+		sessions, err := func() ([]docker.SessionInfo, error) {
+			e, err := newEngine(docker.WithContext(name))
+			if err != nil {
+				return nil, err
+			}
+			defer e.Close()
+			return e.Sessions(cmd.Context())
+		}()
+		if err != nil {
+			printFailure(cmd.ErrOrStderr(), fmt.Errorf("context %s: %w", name, err))
+			failed = append(failed, name)
+			continue
+		}
+		lists = append(lists, contextSessions{name, sessions})
+	}
+	if failed != nil {
+		return lists, fmt.Errorf("the sessions of %d of %d contexts could not be listed (%s)",
+			len(failed), len(names), strings.Join(failed, ", "))
+	}
+	return lists, nil
+}
+
+// sessionRow is what ls --format templates see: the session's fields,
+// and .Context with --all-contexts.
+type sessionRow struct {
+	docker.SessionInfo
+	Context string
+}
 
 // Label returns the session's label k ("" when it has none).
 func (r sessionRow) Label(k string) string { return r.Labels[k] }
