@@ -230,6 +230,9 @@ func (s *Session) CopyIn(ctx context.Context, opts CopyInOptions) (CopyInResult,
 	if contents && !fi.IsDir() {
 		return CopyInResult{}, fmt.Errorf("%w: copy in: %s is not a directory", runbox.ErrInvalidCommand, src)
 	}
+	if res, err := s.copyInAgent(ctx, opts, fi, contents); !errors.Is(err, errUseEngine) {
+		return res, err
+	}
 	// Where the tree goes: into an existing directory under its own name,
 	// or to Dest itself.
 	dir, name := opts.Dest, filepath.Base(src)
@@ -367,6 +370,9 @@ func (s *Session) CopyOut(ctx context.Context, opts CopyOutOptions) (CopyOutResu
 			return CopyOutResult{}, fmt.Errorf("runbox/docker: copy out: %w", err)
 		}
 	}
+	if res, err := s.copyOutAgent(ctx, opts, dir, to); !errors.Is(err, errUseEngine) {
+		return res, err
+	}
 	got, err := s.e.cli.CopyFromContainer(ctx, s.id, client.CopyFromContainerOptions{SourcePath: opts.Source})
 	if err != nil {
 		return CopyOutResult{}, s.fileErr(ctx, "copy out", opts.Source, err)
@@ -381,25 +387,8 @@ func (s *Session) CopyOut(ctx context.Context, opts CopyOutOptions) (CopyOutResu
 		}
 		return res, nil
 	}
-	from := got.Stat.Name
-	if from == "" || from == "/" {
-		from = "."
-	}
-	if to == "" {
-		to = from
-	} else if got.Stat.Mode.IsDir() {
-		if fi, err := os.Stat(opts.Dest); err == nil && !fi.IsDir() {
-			return res, fmt.Errorf("%w: copy out: cannot copy directory %s onto the file %s", runbox.ErrInvalidCommand, opts.Source, opts.Dest)
-		}
-	}
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		return res, fmt.Errorf("runbox/docker: copy out: %w", err)
-	}
-	defer root.Close()
-	x := &extraction{root: root, from: from, to: to, chown: opts.PreserveOwnership, res: &res}
-	if err := x.extract(got.Content); err != nil {
-		if errors.Is(err, ErrUnsafeArchive) {
+	if err := s.extractOut(&res, opts, got.Content, dir, to); err != nil {
+		if errors.Is(err, ErrUnsafeArchive) || errors.Is(err, runbox.ErrInvalidCommand) {
 			return res, err
 		}
 		return res, s.copyErr(ctx, err)

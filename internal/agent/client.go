@@ -357,10 +357,15 @@ func (call *Call) credit(n int) {
 	call.cmu.Unlock()
 }
 
+// stdinChunk is the most stdin one frame carries: large enough that a
+// bulk stream (a tree copied in) is not paced by one acknowledgement per
+// small frame, and a quarter of StdinWindow, so that four are in flight.
+const stdinChunk = StdinWindow / 4
+
 // WriteStdin sends input within the stdin window, waiting for credit.
 func (call *Call) WriteStdin(b []byte) error {
 	for len(b) > 0 {
-		n := min(len(b), 32<<10)
+		n := min(len(b), stdinChunk)
 		call.cmu.Lock()
 		for call.inflight+n > StdinWindow && !call.finished && call.c.Err() == nil {
 			call.ccond.Wait()
@@ -457,7 +462,7 @@ func (c *Client) Run(ctx context.Context, req StartRequest, o RunOptions) (Exit,
 			return
 		}
 		go func() {
-			buf := make([]byte, 32<<10)
+			buf := make([]byte, stdinChunk)
 			for {
 				n, err := o.Stdin.Read(buf)
 				if n > 0 && call.WriteStdin(buf[:n]) != nil {

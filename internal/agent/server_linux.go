@@ -37,10 +37,20 @@ import (
 //	    prove the key read (and removed) from FILE
 //	agent connect --socket PATH
 //	    bridge stdin/stdout to the socket (a remote Engine's way in)
+//	agent copy-in DEST NAME dir|file
+//	agent copy-out SRC
+//	    a session's files as a tar stream on stdin or stdout (run by the
+//	    agent as a command: see files_linux.go)
 func Main(args []string) int {
 	if len(args) == 0 {
 		fmt.Fprintln(os.Stderr, "runbox agent: want init or connect")
 		return 2
+	}
+	switch args[0] {
+	case "copy-in":
+		return copyIn(args[1:])
+	case "copy-out":
+		return copyOut(args[1:])
 	}
 	// Nothing in the session may read or trace the agent: without
 	// CAP_SYS_PTRACE even root there cannot open /proc/PID/{mem,environ,fd}
