@@ -20,7 +20,8 @@ type LogsOptions struct {
 	Stdout, Stderr io.Writer
 	// Follow keeps copying until the lifetime process ends or ctx is done.
 	Follow bool
-	// Tail, when positive, copies only the last Tail lines of each stream.
+	// Tail, when positive, copies only the last Tail lines of the log,
+	// both streams together (as docker logs --tail counts them).
 	Tail int
 }
 
@@ -47,8 +48,13 @@ func (s *Session) Logs(ctx context.Context, opts LogsOptions) (LogsResult, error
 	}
 	rc, err := s.e.cli.ContainerLogs(ctx, s.id, lopts)
 	if err != nil {
-		if cerrdefs.IsNotFound(err) {
+		switch {
+		case cerrdefs.IsNotFound(err):
 			return LogsResult{}, fmt.Errorf("%w: container %s no longer exists", runbox.ErrSessionNotFound, shortID(s.id))
+		case cerrdefs.IsConflict(err):
+			// A leased session's container is removed by the Engine as
+			// soon as it stops; meanwhile it refuses its logs.
+			return LogsResult{}, fmt.Errorf("%w: container %s is being removed: %w", runbox.ErrSessionNotFound, shortID(s.id), err)
 		}
 		return LogsResult{}, engineErr(err)
 	}
