@@ -172,7 +172,7 @@ func (e *Executor) planAgent(ctx context.Context, spec runbox.Spec, rt runtimeIn
 	}
 	img, err := e.cli.ImageInspect(ctx, spec.Image)
 	if err != nil {
-		return nil, "", classifyImageErr(spec.Image, err)
+		return nil, "", e.classifyImageErr(spec.Image, err)
 	}
 	var reasons []string
 	var binary string

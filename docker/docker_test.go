@@ -106,13 +106,14 @@ func TestStartGate(t *testing.T) {
 }
 
 func TestClassifyImageErr(t *testing.T) {
-	err := classifyImageErr("x", cerrdefs.ErrNotFound.WithMessage("no such image: x: No such image: x"))
+	e := &Executor{endpoint: Endpoint{Host: "tcp://d2:2376", Context: "d2"}}
+	err := e.classifyImageErr("x", cerrdefs.ErrNotFound.WithMessage("no such image: x: No such image: x"))
 	assert.ErrorIs(t, err, runbox.ErrImageUnavailable)
 	assert.True(t, cerrdefs.IsNotFound(err), "the Engine's answer stays in the chain")
-	assert.Equal(t, "runbox: image unavailable: x is not on the Engine", err.Error(), "the reference once")
-	err = classifyImageErr("x", cerrdefs.ErrInternal.WithMessage("daemon broke"))
+	assert.Equal(t, "runbox: image unavailable: x is not on the Engine tcp://d2:2376 (context d2)", err.Error(), "the reference once, and the Engine")
+	err = e.classifyImageErr("x", cerrdefs.ErrInternal.WithMessage("daemon broke"))
 	assert.NotErrorIs(t, err, runbox.ErrImageUnavailable)
-	err = classifyImageErr("x", cerrdefs.ErrUnavailable.WithMessage("down"))
+	err = e.classifyImageErr("x", cerrdefs.ErrUnavailable.WithMessage("down"))
 	assert.NotErrorIs(t, err, runbox.ErrImageUnavailable)
 }
 

@@ -21,35 +21,44 @@ var ErrNoDefaultSpec = errors.New("runbox/docker: Run needs a default session sp
 type PullError struct {
 	Ref     string
 	Message string
+	// Engine names the Engine that pulled (Endpoint.String()).
+	Engine string
 }
 
 // Error implements error.
 func (e *PullError) Error() string {
-	return fmt.Sprintf("runbox/docker: pull %s: %s", e.Ref, e.Message)
+	if e.Engine == "" {
+		return fmt.Sprintf("runbox/docker: pull %s: %s", e.Ref, e.Message)
+	}
+	return fmt.Sprintf("runbox/docker: pull %s on the Engine %s: %s", e.Ref, e.Engine, e.Message)
 }
 
-// classify wraps an Engine error with the runbox sentinel it stands for.
-// Only an Engine not-found answer may become "image unavailable"; anything
-// else (a dead socket, a 500) keeps its own meaning.
-func classifyImageErr(ref string, err error) error {
+// classifyImageErr wraps an Engine error with the runbox sentinel it
+// stands for. Only an Engine not-found answer may become "image
+// unavailable", which names the Engine; anything else (a dead socket, a
+// 500) keeps its own meaning.
+func (e *Executor) classifyImageErr(ref string, err error) error {
 	if err == nil {
 		return nil
 	}
 	if cerrdefs.IsNotFound(err) {
 		// The Engine's own text repeats the reference twice more.
-		return &wrapped{msg: fmt.Sprintf("%v: %s is not on the Engine", runbox.ErrImageUnavailable, ref), errs: []error{runbox.ErrImageUnavailable, err}}
+		return &wrapped{msg: fmt.Sprintf("%v: %s is not on the Engine %s", runbox.ErrImageUnavailable, ref, e.endpoint), errs: []error{runbox.ErrImageUnavailable, err}}
 	}
 	return engineErr(err)
 }
 
 // classifyPullErr is classifyImageErr for a pull's request: a not-found
 // answer there comes from the registry, whose words are kept.
-func classifyPullErr(ref string, err error) error {
+func (e *Executor) classifyPullErr(ref string, err error) error {
 	if cerrdefs.IsNotFound(err) {
 		msg := strings.TrimPrefix(err.Error(), "Error response from daemon: ")
-		return &wrapped{msg: fmt.Sprintf("%v: %s: %s", runbox.ErrImageUnavailable, ref, msg), errs: []error{runbox.ErrImageUnavailable, err}}
+		return &wrapped{msg: fmt.Sprintf("%v: %s on the Engine %s: %s", runbox.ErrImageUnavailable, ref, e.endpoint, msg), errs: []error{runbox.ErrImageUnavailable, err}}
 	}
-	return engineErr(err)
+	if err := engineErr(err); errors.Is(err, runbox.ErrTransport) {
+		return err // names the Engine already
+	}
+	return fmt.Errorf("runbox/docker: pull %s on the Engine %s: %w", ref, e.endpoint, err)
 }
 
 // wrapped is an error whose message is written for a reader and whose

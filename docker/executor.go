@@ -247,7 +247,7 @@ func (e *Executor) InspectImage(ctx context.Context, ref string) (runbox.Image, 
 	}
 	res, err := e.cli.ImageInspect(ctx, ref)
 	if err != nil {
-		return runbox.Image{}, classifyImageErr(ref, err)
+		return runbox.Image{}, e.classifyImageErr(ref, err)
 	}
 	return runbox.Image{
 		ID:           res.ID,
@@ -282,10 +282,13 @@ func (e *Executor) PullImage(ctx context.Context, ref string, opts runbox.PullOp
 	}
 	resp, err := e.cli.ImagePull(ctx, ref, popts)
 	if err != nil {
-		return runbox.Image{}, classifyPullErr(ref, err)
+		return runbox.Image{}, e.classifyPullErr(ref, err)
 	}
 	defer resp.Close()
 	if err := renderPull(ctx, ref, resp, opts.Progress); err != nil {
+		if pe := (*PullError)(nil); errors.As(err, &pe) {
+			pe.Engine = e.endpoint.String()
+		}
 		return runbox.Image{}, err
 	}
 	img, err := e.InspectImage(ctx, ref)

@@ -105,7 +105,7 @@ func (e *Executor) Find(ctx context.Context, ref string) (SessionInfo, error) {
 	}
 	switch len(prefixed) {
 	case 0:
-		return SessionInfo{}, fmt.Errorf("%w: no session matches %q", runbox.ErrSessionNotFound, ref)
+		return SessionInfo{}, fmt.Errorf("%w: no session matches %q on the Engine %s", runbox.ErrSessionNotFound, ref, e.endpoint)
 	case 1:
 		return prefixed[0], nil
 	}
@@ -133,7 +133,7 @@ func (e *Executor) Session(ctx context.Context, ref string) (*Session, error) {
 	res, err := e.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
 	if err != nil {
 		if cerrdefs.IsNotFound(err) {
-			return nil, fmt.Errorf("%w: no session matches %q", runbox.ErrSessionNotFound, ref)
+			return nil, fmt.Errorf("%w: no session matches %q on the Engine %s", runbox.ErrSessionNotFound, ref, e.endpoint)
 		}
 		return nil, engineErr(err)
 	}

@@ -141,7 +141,7 @@ func (e *Executor) create(ctx context.Context, spec runbox.Spec) (*Session, erro
 		if cerrdefs.IsInvalidArgument(err) {
 			return nil, fmt.Errorf("%w: the Engine refused the spec: %w%s", runbox.ErrInvalidSpec, err, e.remoteNote(spec.Mounts))
 		}
-		return nil, classifyImageErr(spec.Image, err)
+		return nil, e.classifyImageErr(spec.Image, err)
 	}
 	s := &Session{e: e, id: created.ID, spec: spec, plan: plan, noAgent: noAgent}
 	if err := e.start(ctx, s); err != nil {

@@ -394,6 +394,18 @@ func TestRemoteEngineChoiceCLI(t *testing.T) {
 		assert.NotEqual(t, 0, res.code)
 		assert.Contains(t, res.stderr, "not found")
 	})
+	t.Run("the Engine's refusals name it", func(t *testing.T) {
+		res := cli(ctxEnv, "exec", "nosuch-"+runID, "--", "true")
+		assert.Equal(t, 125, res.code)
+		assert.Contains(t, res.stderr, "session not found")
+		assert.Contains(t, res.stderr, r.tcp+" (context ux-d2)")
+		res = cli(ctxEnv, "run", "--pull", "never", "runbox-test/absent:"+runID, "--", "true")
+		assert.Equal(t, 125, res.code)
+		assert.Contains(t, res.stderr, "is not on the Engine "+r.tcp+" (context ux-d2)")
+		res = cli(ctxEnv, "image", "pull", "127.0.0.1:1/runbox-test/absent:"+runID)
+		assert.Equal(t, 125, res.code)
+		assert.Contains(t, res.stderr, r.tcp+" (context ux-d2)")
+	})
 	t.Run("ssh:// is supported", func(t *testing.T) {
 		res := cli([]string{"PATH=" + r.sshPath + string(os.PathListSeparator) + os.Getenv("PATH")}, "-H", r.ssh, "exec", name, "--", "echo", "over ssh")
 		assert.Equal(t, 0, res.code, res.stderr)
