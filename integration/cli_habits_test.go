@@ -283,6 +283,9 @@ func TestCLIOpenWorkdir(t *testing.T) {
 	assert.Equal(t, "/\n", r.stdout, "the command's -w wins")
 	r = cli(t, nil, "inspect", "--json", id)
 	assert.Contains(t, r.stdout, `"workdir":"/tmp"`)
+	r = cli(t, nil, "run", runLabelFlag(), "-w", "/tmp", fixtureRef, "--", "pwd")
+	assert.Equal(t, 0, r.code, r.stderr)
+	assert.Equal(t, "/tmp\n", r.stdout, "run -w")
 
 	flag, filter := caseLabel(t)
 	r = cli(t, nil, "open", runLabelFlag(), flag, "-w", "tmp", fixtureRef, "--", "sleep", "1000000")

@@ -82,7 +82,9 @@ process exits or ` + "`runbox close`" + ` removes it; with --lease, also until n
 renewed it (` + "`runbox exec`" + `, ` + "`runbox renew`" + `) for that long.`,
 		Example: `  id=$(runbox open busybox:latest -- sleep 1000000)
   runbox open --pull always --platform linux/arm64 alpine:3.20 -- sleep 1000000
-  runbox open --name work --network bridge -v "$PWD:/work" --memory 512m --cpus 1 busybox:latest -- sleep 1000000`,
+  runbox open --name work --network bridge -v "$PWD:/work" --memory 512m --cpus 1 busybox:latest -- sleep 1000000
+  runbox open -w /work --read-only --tmpfs /work --pids-limit 128 busybox:latest -- sleep 1000000
+  runbox open --json busybox:latest -- sleep 1000000 | jq -r .id`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var process []string
@@ -910,7 +912,7 @@ included. The session's lifetime process is --process (default: sleep), so
 the image needs a sleep program unless --process names another.`,
 		Example: `  runbox run busybox:latest -- uname -a
   runbox run --pull never --clean-env -e K=V busybox:latest -- env
-  runbox run -v "$PWD:/src:ro" --timeout 5m golang:1.26 -- go test ./...`,
+  runbox run -v "$PWD:/src:ro" -w /src --timeout 5m golang:1.26 -- go test ./...`,
 		Args: cobra.MinimumNArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			spec, err := of.spec(args[0], process)
