@@ -491,12 +491,16 @@ func TestRemoteEngineTLSEnv(t *testing.T) {
 // A caller in a container with the host's Docker socket mounted: the
 // Engine does not see the caller's files, so the session must get a copy
 // of the agent instead of a bind of the caller's path (which the Engine
-// would look for on its own host).
+// would look for on its own host). The remote suite runs from there
+// through the CLI: open, run, stdin, stream, cancel, snapshot, reattach
+// by name, pull from a local registry, a mount source only the Engine's
+// host has, close.
 func TestCallerInContainerWithHostSocket(t *testing.T) {
 	needEngine(t)
 	bin := runboxBinary(t)
-	e := newExecutor(t, docker.WithoutAgent())
+	e := agentExecutor(t)
 	spec := baseSpec()
+	spec.Init = false // the agent is PID 1, so the CLI in it can be signalled
 	spec.Mounts = []runbox.Mount{
 		{Source: "/var/run/docker.sock", Target: "/var/run/docker.sock"},
 		{Source: filepath.Dir(bin), Target: "/opt/rb", ReadOnly: true},
@@ -504,19 +508,23 @@ func TestCallerInContainerWithHostSocket(t *testing.T) {
 	spec.Env = []string{"HOME=/tmp", "PATH=/bin"}
 	caller := open(t, e, spec)
 	name := "rbx-in-container-" + runID
+	rbArgs := func(args ...string) []string { return append([]string{"/opt/rb/" + filepath.Base(bin)}, args...) }
 	rb := func(args ...string) output {
-		return run(t, caller, argv(append([]string{"/opt/rb/" + filepath.Base(bin)}, args...)...))
+		return run(t, caller, argv(rbArgs(args...)...))
+	}
+	ok := func(t *testing.T, o output) {
+		t.Helper()
+		require.NoError(t, o.err)
+		require.Equal(t, 0, o.res.ExitCode, o.stderr)
 	}
 	o := rb("open", "--name", name, "--label", labelRun+"="+runID, fixtureRef, "--", "sleep", "1000000")
-	require.NoError(t, o.err)
-	require.Equal(t, 0, o.res.ExitCode, o.stderr)
+	ok(t, o)
 	defer func() {
 		o := rb("close", name)
 		assert.Equal(t, 0, o.res.ExitCode, "close: %s", o.stderr)
 	}()
 	o = rb("exec", name, "--", "echo", "from inside")
-	require.NoError(t, o.err)
-	assert.Equal(t, 0, o.res.ExitCode, o.stderr)
+	ok(t, o)
 	assert.Equal(t, "from inside\n", o.stdout)
 
 	o = rb("version")
@@ -528,6 +536,81 @@ func TestCallerInContainerWithHostSocket(t *testing.T) {
 	s, err := e.Session(context.Background(), info.ID)
 	require.NoError(t, err)
 	assert.Equal(t, docker.AgentAuthKey, s.AgentAuth())
+
+	t.Run("run", func(t *testing.T) {
+		o := rb("run", "--label", labelRun+"="+runID, fixtureRef, "--", "sh", "-c", "echo out; echo err >&2; exit 7")
+		require.NoError(t, o.err)
+		assert.Equal(t, 7, o.res.ExitCode, o.stderr)
+		assert.Equal(t, "out\n", o.stdout)
+		assert.Equal(t, "err\n", o.stderr)
+	})
+	t.Run("stdin", func(t *testing.T) {
+		o := run(t, caller, runbox.Command{Args: rbArgs("exec", "-i", name, "--", "cat"), Stdin: strings.NewReader("through the socket\n")})
+		ok(t, o)
+		assert.Equal(t, "through the socket\n", o.stdout)
+	})
+	t.Run("stream", func(t *testing.T) {
+		ctx := fctx(t)
+		p, err := caller.Start(ctx, runbox.Command{Args: rbArgs("exec", "-i", name, "--", "sh", "-c", "echo ready; read x; echo got $x")})
+		require.NoError(t, err)
+		defer p.Close(ctx)
+		lines := bufio.NewReader(p.Stdout())
+		first, err := lines.ReadString('\n')
+		require.NoError(t, err)
+		assert.Equal(t, "ready\n", first, "output arrives while the command still runs")
+		_, err = io.WriteString(p.Stdin(), "it\n")
+		require.NoError(t, err)
+		require.NoError(t, p.Stdin().Close())
+		rest, err := io.ReadAll(lines)
+		require.NoError(t, err)
+		assert.Equal(t, "got it\n", string(rest))
+		res, err := p.Wait(ctx)
+		require.NoError(t, err)
+		assert.Equal(t, 0, res.ExitCode)
+	})
+	t.Run("cancel", func(t *testing.T) {
+		ctx := fctx(t)
+		p, err := caller.Start(ctx, runbox.Command{Args: rbArgs("exec", name, "--", "sh", "-c", "echo started; exec sleep 1001")})
+		require.NoError(t, err)
+		defer p.Close(ctx)
+		line, err := bufio.NewReader(p.Stdout()).ReadString('\n')
+		require.NoError(t, err)
+		require.Equal(t, "started\n", line)
+		require.NoError(t, p.Signal(runbox.ProcessSignalInterrupt), "Ctrl-C to the CLI")
+		res, err := p.Wait(ctx)
+		require.NoError(t, err)
+		assert.NotEqual(t, 0, res.ExitCode)
+		top, err := e.Client().ContainerTop(ctx, info.ID, client.ContainerTopOptions{})
+		require.NoError(t, err)
+		for _, proc := range top.Processes {
+			assert.NotContains(t, proc[len(proc)-1], "sleep 1001", "the interrupted command was killed in the session")
+		}
+	})
+	t.Run("snapshot", func(t *testing.T) {
+		ok(t, rb("exec", name, "--", "sh", "-c", "echo kept > /kept"))
+		tag := "runbox-test/in-container:" + runID
+		o := rb("snapshot", "--tag", tag, name)
+		ok(t, o)
+		t.Cleanup(func() { removeImage(t, e.Client(), tag) })
+		o = rb("run", "--label", labelRun+"="+runID, "--pull", "never", tag, "--", "cat", "/kept")
+		ok(t, o)
+		assert.Equal(t, "kept\n", o.stdout)
+	})
+	t.Run("pull from a local registry", func(t *testing.T) {
+		ref := testRegistry(t) + "/runbox-test/bb:single"
+		ok(t, rb("image", "pull", ref))
+		t.Cleanup(func() { removeImage(t, e.Client(), ref) })
+		o := rb("run", "--label", labelRun+"="+runID, "--pull", "never", ref, "--", "echo", "pulled")
+		ok(t, o)
+		assert.Equal(t, "pulled\n", o.stdout)
+	})
+	t.Run("mount source on the Engine's host only", func(t *testing.T) {
+		src := t.TempDir() // on this machine, which is the Engine's host; not in the caller's container
+		require.NoError(t, os.WriteFile(filepath.Join(src, "hello"), []byte("on the Engine host\n"), 0o644))
+		o := rb("run", "--label", labelRun+"="+runID, "-v", src+":/data:ro", fixtureRef, "--", "cat", "/data/hello")
+		ok(t, o)
+		assert.Equal(t, "on the Engine host\n", o.stdout)
+	})
 }
 
 // One program holds sessions on two Engines at once (one Executor each),
