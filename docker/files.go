@@ -202,8 +202,10 @@ func (s *Session) Stat(ctx context.Context, opts StatOptions) (StatResult, error
 }
 
 // CopyIn copies a host file or tree (or a tar stream) into the session
-// through the Engine's archive endpoint, keeping modes, modification
-// times, symbolic links and empty directories. A missing destination
+// through the Engine's archive endpoint (or, in an agent session with a
+// tmpfs or a read-only root, through the agent: see docs/docker.md,
+// "Files"), keeping modes, modification times, symbolic links and empty
+// directories. A missing destination
 // directory is an error wrapping fs.ErrNotExist.
 func (s *Session) CopyIn(ctx context.Context, opts CopyInOptions) (CopyInResult, error) {
 	if (opts.Source == "") == (opts.Archive == nil) {
@@ -337,7 +339,8 @@ func writeTree(w io.Writer, src, name string, owners bool, res *CopyInResult) er
 }
 
 // CopyOut copies a path of the session to the host, or its tar stream to
-// opts.Archive. Nothing is written outside Dest: names that are absolute,
+// opts.Archive, through the agent when the session has one, else through
+// the Engine's archive endpoint. Nothing is written outside Dest: names that are absolute,
 // contain "..", pass through a symbolic link or hard-link outside the
 // copy fail with ErrUnsafeArchive; symbolic links are created, never
 // followed; existing files are replaced, never written through; device
@@ -407,7 +410,8 @@ func (s *Session) copyErr(ctx context.Context, err error) error {
 	return err
 }
 
-// ReadFile returns the content of one regular file of the session.
+// ReadFile returns the content of one regular file of the session (through
+// the agent when the session has one, else the Engine's archive endpoint).
 // Symbolic links are resolved inside the session. A missing file is an
 // error wrapping fs.ErrNotExist; a directory or special file wraps
 // runbox.ErrInvalidCommand; a file larger than MaxSize wraps
@@ -422,6 +426,9 @@ func (s *Session) ReadFile(ctx context.Context, opts ReadFileOptions) (ReadFileR
 	limit := opts.MaxSize
 	if limit <= 0 {
 		limit = DefaultReadFileLimit
+	}
+	if res, err := s.readFileAgent(ctx, opts, limit); !errors.Is(err, errUseEngine) {
+		return res, err
 	}
 	p := opts.Path
 	for range 2 { // the path, then what its symbolic link resolves to
@@ -463,6 +470,25 @@ func (s *Session) ReadFile(ctx context.Context, opts ReadFileOptions) (ReadFileR
 	return ReadFileResult{}, fmt.Errorf("%w: read file %s: a symbolic link to a symbolic link", runbox.ErrInvalidCommand, opts.Path)
 }
 
+// fileMode is a tar header's mode for WriteFileOptions.Mode: 0644 when it
+// has no permission bits.
+func fileMode(m fs.FileMode) int64 {
+	mode := int64(m & fs.ModePerm)
+	if mode == 0 {
+		mode = 0o644
+	}
+	if m&fs.ModeSetuid != 0 {
+		mode |= 0o4000
+	}
+	if m&fs.ModeSetgid != 0 {
+		mode |= 0o2000
+	}
+	if m&fs.ModeSticky != 0 {
+		mode |= 0o1000
+	}
+	return mode
+}
+
 // WriteFile creates or replaces one regular file in the session with the
 // given content, mode and owner. Its directory must exist (else the error
 // wraps fs.ErrNotExist); an existing directory at Path is not replaced
@@ -490,27 +516,20 @@ func (s *Session) WriteFile(ctx context.Context, opts WriteFileOptions) (WriteFi
 	if err := s.fileCall(ctx); err != nil {
 		return WriteFileResult{}, err
 	}
+	hdr := &tar.Header{
+		Typeflag: tar.TypeReg, Name: name, Size: size, Mode: fileMode(opts.Mode),
+		Uid: opts.UID, Gid: opts.GID, ModTime: time.Now(), Format: tar.FormatPAX,
+	}
+	if opts.Content == nil { // bytes can be sent again through the Engine
+		if res, err := s.writeFileAgent(ctx, opts, hdr); !errors.Is(err, errUseEngine) {
+			return res, err
+		}
+		hdr.Name = name
+	}
 	// The Engine reports a directory in the way as a server error
 	// (API 1.41): ask first, so the caller learns what is wrong.
 	if st, err := s.e.cli.ContainerStatPath(ctx, s.id, client.ContainerStatPathOptions{Path: opts.Path}); err == nil && st.Stat.Mode.IsDir() {
 		return WriteFileResult{}, fmt.Errorf("%w: write file: %s is a directory", runbox.ErrInvalidCommand, opts.Path)
-	}
-	mode := int64(opts.Mode & fs.ModePerm)
-	if mode == 0 {
-		mode = 0o644
-	}
-	if opts.Mode&fs.ModeSetuid != 0 {
-		mode |= 0o4000
-	}
-	if opts.Mode&fs.ModeSetgid != 0 {
-		mode |= 0o2000
-	}
-	if opts.Mode&fs.ModeSticky != 0 {
-		mode |= 0o1000
-	}
-	hdr := &tar.Header{
-		Typeflag: tar.TypeReg, Name: name, Size: size, Mode: mode,
-		Uid: opts.UID, Gid: opts.GID, ModTime: time.Now(), Format: tar.FormatPAX,
 	}
 	pr, pw := io.Pipe()
 	done := make(chan error, 1)

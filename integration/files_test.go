@@ -215,6 +215,12 @@ func TestFilesReadWrite(t *testing.T) {
 		assert.ErrorIs(t, err, runbox.ErrOutputLimit)
 		_, err = s.ReadFile(ctx, docker.ReadFileOptions{Path: "/dir"})
 		assert.ErrorIs(t, err, runbox.ErrInvalidCommand)
+		// A FIFO is never opened for reading (that would wait for a writer).
+		sh(t, s, "mkfifo /fifo && ln -s /fifo /fifolink")
+		_, err = s.ReadFile(ctx, docker.ReadFileOptions{Path: "/fifo"})
+		assert.ErrorIs(t, err, runbox.ErrInvalidCommand)
+		_, err = s.ReadFile(ctx, docker.ReadFileOptions{Path: "/fifolink"})
+		assert.ErrorIs(t, err, runbox.ErrInvalidCommand)
 
 		// Missing paths are "not found", never a daemon failure.
 		_, err = s.ReadFile(ctx, docker.ReadFileOptions{Path: "/no/such/file"})
@@ -437,6 +443,10 @@ func TestFilesSessionGoneWithAgent(t *testing.T) {
 	assert.ErrorIs(t, err, runbox.ErrSessionEnded)
 	_, err = s.CopyIn(ctx, docker.CopyInOptions{Source: t.TempDir(), Dest: "/tmp"})
 	assert.ErrorIs(t, err, runbox.ErrSessionEnded)
+	_, err = s.ReadFile(ctx, docker.ReadFileOptions{Path: "/etc/passwd"})
+	assert.ErrorIs(t, err, runbox.ErrSessionEnded)
+	_, err = s.WriteFile(ctx, docker.WriteFileOptions{Path: "/tmp/x", Data: []byte("x")})
+	assert.ErrorIs(t, err, runbox.ErrSessionEnded)
 }
 
 // Under gVisor the agent's copy runs on gVisor's kernel: the same calls,
@@ -466,4 +476,32 @@ func TestFilesThroughAgentGVisor(t *testing.T) {
 	link, err := os.Readlink(filepath.Join(dest, "tree", "evil"))
 	require.NoError(t, err)
 	assert.Equal(t, "/etc", link)
+}
+
+// BenchmarkSmallFile reads and writes one small file in an agent session
+// ("runbox", through the agent) and in a session without it ("engine",
+// the Engine's archive endpoint), in the same run.
+func BenchmarkSmallFile(b *testing.B) {
+	ctx := context.Background()
+	sessions := map[string]*docker.Session{
+		"runbox": agentFileSession(b, baseSpec()),
+		"engine": open(b, newExecutor(b, docker.WithoutAgent()), baseSpec()).(*docker.Session),
+	}
+	for _, op := range []string{"Read", "Write"} {
+		for _, variant := range []string{"runbox", "engine"} {
+			s := sessions[variant]
+			b.Run(op+"/"+variant, func(b *testing.B) {
+				_, err := s.WriteFile(ctx, docker.WriteFileOptions{Path: "/tmp/small", Data: []byte("hello\n")})
+				require.NoError(b, err)
+				for b.Loop() {
+					if op == "Read" {
+						_, err = s.ReadFile(ctx, docker.ReadFileOptions{Path: "/tmp/small"})
+					} else {
+						_, err = s.WriteFile(ctx, docker.WriteFileOptions{Path: "/tmp/small", Data: []byte("hello\n")})
+					}
+					require.NoError(b, err)
+				}
+			})
+		}
+	}
 }

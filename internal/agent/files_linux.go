@@ -81,17 +81,19 @@ func privileged() bool {
 	return false
 }
 
-// copyIn is `agent copy-in DEST NAME dir|file`: it extracts the tar
+// copyIn is `agent copy-in DEST NAME dir|file|exact`: it extracts the tar
 // stream on stdin, whose names are relative to the copied source (the
 // source itself is "."), as docker cp places a source called NAME at
 // DEST: into DEST when it is an existing directory (NAME "." puts the
-// contents there), else as DEST itself, whose parent must exist. Every
+// contents there), else as DEST itself, whose parent must exist. With
+// "exact" the source (a file) becomes DEST itself, and an existing
+// directory there is an error instead of a place to copy into. Every
 // operation goes through an os.Root on the directory that receives the
 // copy, so no entry can leave it, even through a symbolic link the
 // session placed there.
 func copyIn(args []string) int {
-	if len(args) != 3 || (args[2] != "dir" && args[2] != "file") || !path.IsAbs(args[0]) {
-		return filesFail(FilesUseEngine, "runbox agent copy-in: want DEST NAME dir|file")
+	if len(args) != 3 || (args[2] != "dir" && args[2] != "file" && args[2] != "exact") || !path.IsAbs(args[0]) {
+		return filesFail(FilesUseEngine, "runbox agent copy-in: want DEST NAME dir|file|exact")
 	}
 	if !privileged() {
 		return filesFail(FilesUseEngine, "runbox agent copy-in: not root with file privileges")
@@ -99,7 +101,12 @@ func copyIn(args []string) int {
 	dest, name, srcDir := args[0], args[1], args[2] == "dir"
 	dir, top := dest, name
 	fi, err := os.Stat(dest)
+	if args[2] == "exact" {
+		fi, err = os.Lstat(dest)
+	}
 	switch {
+	case err == nil && fi.IsDir() && args[2] == "exact":
+		return filesFail(FilesInvalid, "%s is a directory", dest)
 	case err == nil && fi.IsDir():
 	case err == nil && srcDir:
 		return filesFail(FilesInvalid, "cannot copy a directory onto the file %s", dest)
