@@ -46,16 +46,16 @@ func Main(args []string) int {
 		fmt.Fprintln(os.Stderr, "runbox agent: want init or connect")
 		return 2
 	}
+	// Nothing in the session may read or trace the agent (or its file
+	// helpers): without CAP_SYS_PTRACE even root there cannot open
+	// /proc/PID/{mem,environ,fd} of a process that is not dumpable.
+	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	switch args[0] {
 	case "copy-in":
 		return copyIn(args[1:])
 	case "copy-out":
 		return copyOut(args[1:])
 	}
-	// Nothing in the session may read or trace the agent: without
-	// CAP_SYS_PTRACE even root there cannot open /proc/PID/{mem,environ,fd}
-	// of a process that is not dumpable.
-	_ = unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0)
 	fs := flag.NewFlagSet("agent "+args[0], flag.ContinueOnError)
 	socket := fs.String("socket", DefaultSocket, "unix socket path")
 	dial := fs.String("dial", "", "directory of caller sockets to dial")
