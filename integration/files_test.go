@@ -210,6 +210,13 @@ func TestFilesReadWrite(t *testing.T) {
 		r, err = s.ReadFile(ctx, docker.ReadFileOptions{Path: "/link"})
 		require.NoError(t, err, "symbolic links are followed inside the session")
 		assert.Equal(t, "do it\n", string(r.Data))
+		sh(t, s, "ln -s link /chain && ln -s /dir /dirlink")
+		r, err = s.ReadFile(ctx, docker.ReadFileOptions{Path: "/chain"})
+		require.NoError(t, err, "a chain of links, resolved as the Engine resolves it")
+		assert.Equal(t, "do it\n", string(r.Data))
+		r, err = s.ReadFile(ctx, docker.ReadFileOptions{Path: "/dirlink/../tmp/task.txt"})
+		require.NoError(t, err)
+		assert.Equal(t, "do it\n", string(r.Data))
 
 		_, err = s.ReadFile(ctx, docker.ReadFileOptions{Path: "/tmp/big", MaxSize: 1024})
 		assert.ErrorIs(t, err, runbox.ErrOutputLimit)

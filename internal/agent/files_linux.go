@@ -312,6 +312,11 @@ func copyOut(args []string) int {
 	if len(args) != 1 || !path.IsAbs(args[0]) {
 		return filesFail(FilesUseEngine, "runbox agent copy-out: want SRC")
 	}
+	if len(args[0]) > 1 && strings.HasSuffix(args[0], "/") {
+		// "DIR/" follows a final link and insists on a directory, as the
+		// Engine resolves it; that rare form is left to the Engine.
+		return filesFail(FilesUseEngine, "runbox agent copy-out: a path ending in /")
+	}
 	if !privileged() {
 		return filesFail(FilesUseEngine, "runbox agent copy-out: not root with file privileges")
 	}
@@ -337,9 +342,14 @@ func copyOut(args []string) int {
 	}
 	st := FileStat{Name: base, Size: fi.Size(), Mode: fi.Mode(), ModTime: fi.ModTime()}
 	if fi.Mode()&fs.ModeSymlink != 0 {
-		target, _ := root.Readlink(base)
-		if !path.IsAbs(target) {
-			target = path.Join(dir, target)
+		// Where the link leads in the session, as the Engine reports it;
+		// for a dangling link, the path it names.
+		target, err := filepath.EvalSymlinks(src)
+		if err != nil {
+			target, _ = root.Readlink(base)
+			if !path.IsAbs(target) {
+				target = path.Join(dir, target)
+			}
 		}
 		st.LinkTarget = target
 	}
@@ -347,6 +357,7 @@ func copyOut(args []string) int {
 	if err := json.NewEncoder(out).Encode(st); err != nil {
 		return FilesFailed
 	}
+
 	if err := writeTar(root, base, out); err != nil {
 		// The stream is cut short: the caller's tar reader fails too.
 		_ = out.Flush()
