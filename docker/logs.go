@@ -2,6 +2,7 @@ package docker
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -11,6 +12,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/agent"
 )
 
 // LogsOptions says which of the lifetime process's output Logs copies.
@@ -40,7 +42,10 @@ type LogsResult struct {
 
 // Logs copies what the session's lifetime process wrote (the Engine keeps
 // it; the output of commands run with Run or Start is not in it) and
-// reports whether the process still runs or how it ended.
+// reports whether the process still runs or how it ended (for a leased
+// session whose container the lease still keeps, as its agent reports
+// it). A session that is gone or being removed wraps
+// runbox.ErrSessionNotFound.
 func (s *Session) Logs(ctx context.Context, opts LogsOptions) (LogsResult, error) {
 	lopts := client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true, Follow: opts.Follow}
 	if opts.Tail > 0 {
@@ -83,6 +88,14 @@ func (s *Session) Logs(ctx context.Context, opts LogsOptions) (LogsResult, error
 	var lr LogsResult
 	if st := res.Container.State; st != nil {
 		lr = LogsResult{Running: st.Running, ExitCode: st.ExitCode, OOMKilled: st.OOMKilled, Error: st.Error}
+	}
+	if lr.Running && s.plan != nil && s.plan.lease > 0 {
+		// A leased session's agent outlives the lifetime process until
+		// the lease runs out, so that callers learn how it ended: ask it.
+		var over *agent.SessionOverError
+		if _, err := s.agentConn(ctx); errors.Is(err, runbox.ErrSessionEnded) && errors.As(err, &over) && over.Status != nil {
+			lr = LogsResult{ExitCode: *over.Status}
+		}
 	}
 	return lr, nil
 }

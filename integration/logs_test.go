@@ -83,15 +83,24 @@ func TestSessionLogsAndDir(t *testing.T) {
 	}
 
 	// A leased session whose lifetime process ended stays until its lease
-	// runs out, then the Engine removes it: its logs are then "not found",
-	// never the Engine's refusal of a container being removed.
+	// runs out, and Logs reports the end meanwhile (the agent knows it);
+	// then the Engine removes it: its logs are then "not found", never the
+	// Engine's refusal of a container being removed.
 	t.Run("leased", func(t *testing.T) {
 		ctx := fctx(t)
-		e := agentExecutor(t, docker.WithLease(time.Second))
+		e := agentExecutor(t, docker.WithLease(3*time.Second))
 		spec := baseSpec()
 		spec.Init = false
 		s := open(t, e, spec).(*docker.Session)
 		run(t, s, runbox.ShellCommand("kill -TERM $(pidof sleep)"))
+		var lr docker.LogsResult
+		require.Eventually(t, func() bool {
+			var err error
+			lr, err = s.Logs(ctx, docker.LogsOptions{})
+			require.NoError(t, err)
+			return !lr.Running
+		}, time.Minute, 20*time.Millisecond, "the lifetime process's end is reported while the lease keeps the session")
+		assert.Equal(t, 143, lr.ExitCode)
 		_, err := s.Logs(ctx, docker.LogsOptions{Follow: true})
 		if err != nil {
 			require.ErrorIs(t, err, runbox.ErrSessionNotFound)

@@ -19,6 +19,19 @@ var ErrConnectionLost = errors.New("runbox/agent: connection to the agent lost")
 // (its lifetime process ended, or its lease expired).
 var ErrSessionOver = errors.New("runbox/agent: the session is over")
 
+// SessionOverError is the agent's last word: why the session ended and,
+// when its lifetime process's end ended it, that process's exit status.
+// It matches ErrSessionOver.
+type SessionOverError struct {
+	Message string
+	Status  *int
+}
+
+func (e *SessionOverError) Error() string { return ErrSessionOver.Error() + ": " + e.Message }
+
+// Is makes the error match ErrSessionOver.
+func (e *SessionOverError) Is(target error) bool { return target == ErrSessionOver }
+
 // StartError is the agent's reason for not starting a command.
 type StartError struct {
 	Message string
@@ -105,7 +118,7 @@ func (c *Client) handshake(r *Reader, nonce, key []byte) (Hello, error) {
 		var fe Fatal
 		_ = Decode(f, &fe)
 		if fe.Ended {
-			return Hello{}, fmt.Errorf("%w: %s", ErrSessionOver, fe.Error)
+			return Hello{}, &SessionOverError{Message: fe.Error, Status: fe.Status}
 		}
 		return Hello{}, fmt.Errorf("%w: agent refused: %s", ErrProtocol, fe.Error)
 	}
@@ -197,7 +210,7 @@ func (c *Client) readLoop(r *Reader) {
 				var fe Fatal
 				_ = Decode(f, &fe)
 				if fe.Ended {
-					c.fail(fmt.Errorf("%w: %s", ErrSessionOver, fe.Error))
+					c.fail(&SessionOverError{Message: fe.Error, Status: fe.Status})
 				} else {
 					c.fail(fmt.Errorf("agent: %s", fe.Error))
 				}

@@ -196,6 +196,9 @@ type Fatal struct {
 	Error string `json:"error"`
 	// Ended says that the whole session ends, not just this connection.
 	Ended bool `json:"ended,omitempty"`
+	// Status is the lifetime process's exit status when its end ended
+	// the session (128+N for signal N).
+	Status *int `json:"status,omitempty"`
 }
 
 // WriteFrame writes one frame. It is not safe for concurrent use on the

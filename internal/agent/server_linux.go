@@ -156,13 +156,13 @@ func runInit(o initOptions, process []string) int {
 		case <-expired:
 			// Nobody holds the session any more. As PID 1 our exit ends
 			// every process of the session; the Engine removes the rest.
-			s.lastWord(fmt.Sprintf("the session's lease expired: no caller renewed it for %s", o.lease))
+			s.lastWord(Fatal{Error: fmt.Sprintf("session ended: the session's lease expired: no caller renewed it for %s", o.lease), Ended: true})
 			_ = unix.Kill(-lifetime, unix.SIGKILL)
 			return 128 + int(unix.SIGKILL)
 		}
 		if sig == unix.SIGCHLD {
 			if st, done := s.reap(lifetime); done {
-				s.end(fmt.Sprintf("the lifetime process %s", describeStatus(st)))
+				s.end(fmt.Sprintf("the lifetime process %s", describeStatus(st)), exitStatus(st))
 				if s.lease != nil {
 					// The Engine removes a leased session's container as
 					// soon as the agent exits, and the status with it: stay
@@ -194,15 +194,16 @@ func describeStatus(st unix.WaitStatus) string {
 
 // end records why the session ended, for callers that connect later, and
 // tells the connected ones.
-func (s *server) end(msg string) {
+func (s *server) end(msg string, status int) {
+	over := &Fatal{Error: "session ended: " + msg, Ended: true, Status: &status}
 	s.mu.Lock()
-	s.over = msg
+	s.over = over
 	s.mu.Unlock()
-	s.lastWord(msg)
+	s.lastWord(*over)
 }
 
-// endedWith returns why the session ended, or "" while it runs.
-func (s *server) endedWith() string {
+// endedWith returns why the session ended, or nil while it runs.
+func (s *server) endedWith() *Fatal {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.over
@@ -211,7 +212,7 @@ func (s *server) endedWith() string {
 // lastWord tells every connected caller why the session ends, before the
 // agent exits: with a lease the Engine removes the container at once, and
 // with it the status a caller would otherwise ask for.
-func (s *server) lastWord(msg string) {
+func (s *server) lastWord(last Fatal) {
 	s.mu.Lock()
 	conns := make([]*conn, 0, len(s.conns))
 	for c := range s.conns {
@@ -220,7 +221,7 @@ func (s *server) lastWord(msg string) {
 	s.mu.Unlock()
 	for _, c := range conns {
 		_ = c.c.SetWriteDeadline(time.Now().Add(time.Second))
-		_ = c.sendJSON(TypeError, 0, Fatal{Error: "session ended: " + msg, Ended: true})
+		_ = c.sendJSON(TypeError, 0, last)
 	}
 }
 
@@ -424,7 +425,7 @@ type server struct {
 	oom     *oomScore // nil: commands keep the agent's OOM score
 	lease   *lease    // nil: the session is persistent
 	conns   map[*conn]bool
-	over    string // why the session ended; "" while it runs
+	over    *Fatal // why the session ended; nil while it runs
 }
 
 // startLifetime starts the session's own process with the agent's stdio.
@@ -525,9 +526,9 @@ func (s *server) handle(nc net.Conn) {
 	}()
 	r := NewReader(nc)
 	_ = nc.SetDeadline(time.Now().Add(handshakeTimeout))
-	if over := s.endedWith(); over != "" {
+	if over := s.endedWith(); over != nil {
 		_, _ = r.Next() // the caller's hello: let it finish writing, then answer
-		_ = c.sendJSON(TypeError, 0, Fatal{Error: "session ended: " + over, Ended: true})
+		_ = c.sendJSON(TypeError, 0, *over)
 		return
 	}
 	if err := c.handshake(r); err != nil {
