@@ -31,7 +31,7 @@ func fileSession(t *testing.T) *docker.Session {
 func agentFileSession(t testing.TB, spec runbox.Spec) *docker.Session {
 	t.Helper()
 	spec.Init = false // the agent is PID 1
-	s := open(t, agentExecutor(t), spec).(*docker.Session)
+	s := open(t, agentExecutor(t), spec)
 	require.True(t, s.Agent())
 	return s
 }
@@ -442,7 +442,7 @@ func TestFilesSessionGoneWithAgent(t *testing.T) {
 	e := agentExecutor(t)
 	spec := baseSpec()
 	spec.Init = false
-	s := open(t, e, spec).(*docker.Session)
+	s := open(t, e, spec)
 	ctx := fctx(t)
 	_, err := e.Client().ContainerRemove(ctx, s.ID(), client.ContainerRemoveOptions{Force: true})
 	require.NoError(t, err)
@@ -464,7 +464,7 @@ func TestFilesThroughAgentGVisor(t *testing.T) {
 	ctx := fctx(t)
 	spec := gvisorSpec()
 	spec.Security.Tmpfs = []runbox.Tmpfs{{Target: "/work"}}
-	s := open(t, e, spec).(*docker.Session)
+	s := open(t, e, spec)
 	src := filepath.Join(t.TempDir(), "tree")
 	require.NoError(t, os.MkdirAll(filepath.Join(src, "sub"), 0o750))
 	require.NoError(t, os.WriteFile(filepath.Join(src, "sub", "data"), []byte("data"), 0o640))
@@ -492,7 +492,7 @@ func BenchmarkSmallFile(b *testing.B) {
 	ctx := context.Background()
 	sessions := map[string]*docker.Session{
 		"runbox": agentFileSession(b, baseSpec()),
-		"engine": open(b, newExecutor(b, docker.WithoutAgent()), baseSpec()).(*docker.Session),
+		"engine": open(b, newExecutor(b, docker.WithoutAgent()), baseSpec()),
 	}
 	for _, op := range []string{"Read", "Write"} {
 		for _, variant := range []string{"runbox", "engine"} {

@@ -30,7 +30,7 @@ func TestSessionLogsAndDir(t *testing.T) {
 			spec.Init = name == "plain"
 			spec.Dir = "/tmp"
 			spec.Process = []string{"sh", "-c", "pwd; echo two; echo err >&2; exec sleep 1000000"}
-			s := open(t, e, spec).(*docker.Session)
+			s := open(t, e, spec)
 			assert.Equal(t, "/tmp", s.Spec().Dir)
 
 			var stdout, stderr bytes.Buffer
@@ -91,7 +91,7 @@ func TestSessionLogsAndDir(t *testing.T) {
 		e := agentExecutor(t, docker.WithLease(3*time.Second))
 		spec := baseSpec()
 		spec.Init = false
-		s := open(t, e, spec).(*docker.Session)
+		s := open(t, e, spec)
 		run(t, s, runbox.ShellCommand("kill -TERM $(pidof sleep)"))
 		var lr docker.LogsResult
 		require.Eventually(t, func() bool {
