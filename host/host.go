@@ -27,7 +27,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -341,55 +340,24 @@ func (e *Executor) run(ctx context.Context, cmd runbox.Command, streams runbox.S
 	if err := ctx.Err(); err != nil {
 		return failed, cancelled(err)
 	}
+	req := runRequest{stdin: cmd.Stdin, streams: streams, starting: cmd.Starting}
 	if cmd.TTY {
-		return e.runTTY(ctx, cmd, streams)
+		if !ttySupported {
+			return failed, fmt.Errorf("%w: no pseudo-terminal on this platform", runbox.ErrProcessTTYUnsupported)
+		}
+		size, err := ttySize(cmd.TermSize)
+		if err != nil {
+			return failed, err
+		}
+		req.size, req.resize = size, cmd.Resize
 	}
-	spec, err := e.compile(cmd.Dir, cmd.Args, "", cmd.Env, cmd.CleanEnv, false, nil)
+	spec, err := e.compile(launchRequest{dir: cmd.Dir, argv: cmd.Args, env: cmd.Env, cleanEnv: cmd.CleanEnv, tty: cmd.TTY})
 	if err != nil {
 		return failed, err
 	}
-	out, err := newOutputs(streams.Stdout, streams.Stderr)
-	if err != nil {
-		return failed, fmt.Errorf("%w: output pipe: %w", runbox.ErrStart, err)
-	}
-	in, err := newStdinCopier(cmd.Stdin)
-	if err != nil {
-		out.abort()
-		return failed, fmt.Errorf("%w: stdin pipe: %w", runbox.ErrStart, err)
-	}
-	build := func() *exec.Cmd {
-		c := spec.cmd(e.cfg.waitDelay)
-		c.Stdin = in.childSide()
-		c.Stdout, c.Stderr = fileOrNil(out.stdout), fileOrNil(out.stderr)
-		return c
-	}
-	if err := cmd.Starting(); err != nil {
-		in.abort()
-		out.abort()
-		return failed, err
-	}
-	p := e.newProc()
-	if err := e.start(p, spec, build, false); err != nil {
-		in.abort()
-		out.abort()
-		return failed, err
-	}
-	out.start()
-	in.start()
-	waitErr := p.superviseInline(ctx)
-	out.finish(e.cfg.waitDelay)
-	in.finish(e.cfg.waitDelay)
-	res, err := p.outcome()
-	switch {
-	case waitErr != nil:
-		return failed, joinCleanup(waitErr, p)
-	case err != nil:
-		return failed, err
-	}
-	if werr := out.err(); werr != nil {
-		return failed, werr
-	}
-	return res, nil
+	req.spec = spec
+	res, _, err := e.runLaunch(ctx, req)
+	return res, err
 }
 
 // RunArgv runs argv literally (no shell is inserted, so metacharacters
@@ -412,11 +380,7 @@ func (e *Executor) RunCommand(ctx context.Context, dir, command string) ([]byte,
 	if strings.IndexByte(dir, 0) >= 0 {
 		return nil, -1, fmt.Errorf("%w: directory contains a NUL byte", runbox.ErrInvalidCommand)
 	}
-	spec, err := e.compileShell(dir, command, nil, false, false, nil)
-	if err != nil {
-		return nil, -1, err
-	}
-	return e.runCombined(ctx, spec, 0)
+	return e.runCombined(ctx, launchRequest{dir: dir, shell: command}, 0)
 }
 
 // RunArgvLimited is [Executor.RunArgv] with a bound on the combined output.
@@ -435,46 +399,19 @@ func (e *Executor) runArgv(ctx context.Context, dir string, argv []string, limit
 	if err := (runbox.Command{Args: argv, Dir: dir}).Validate(); err != nil {
 		return nil, -1, err
 	}
-	spec, err := e.compile(dir, argv, "", nil, false, false, nil)
-	if err != nil {
-		return nil, -1, err
-	}
-	return e.runCombined(ctx, spec, limit)
+	return e.runCombined(ctx, launchRequest{dir: dir, argv: argv}, limit)
 }
 
-// runCombined runs spec with stdout and stderr collected into one buffer,
-// bounded by limit when it is positive.
-func (e *Executor) runCombined(ctx context.Context, spec *launchSpec, limit int) ([]byte, int, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, -1, cancelled(err)
-	}
-	p := e.newProc()
-	sink := newCapture(limit, p.kill)
-	// One pipe for both streams keeps the interleaving the process produced.
-	op, err := newOutputPipe(sink)
+// runCombined runs req with stdout and stderr collected into one buffer,
+// bounded by limit when it is positive, and reports a signal that ended
+// the process as ErrSignaled.
+func (e *Executor) runCombined(ctx context.Context, req launchRequest, limit int) ([]byte, int, error) {
+	spec, err := e.compile(req)
 	if err != nil {
-		return nil, -1, fmt.Errorf("%w: output pipe: %w", runbox.ErrStart, err)
-	}
-	out := &outputs{stdout: op.w, stderr: op.w, pipes: []*outputPipe{op}}
-	build := func() *exec.Cmd {
-		c := spec.cmd(e.cfg.waitDelay)
-		c.Stdout, c.Stderr = op.w, op.w
-		return c
-	}
-	if err := e.start(p, spec, build, false); err != nil {
-		out.abort()
 		return nil, -1, err
 	}
-	out.start()
-	waitErr := p.superviseInline(ctx)
-	out.finish(e.cfg.waitDelay)
-	b := sink.bytes()
-	res, err := p.outcome()
+	res, b, err := e.runLaunch(ctx, runRequest{spec: spec, combined: true, limit: limit})
 	switch {
-	case waitErr != nil:
-		return b, -1, joinCleanup(waitErr, p)
-	case sink.exceeded():
-		return b, -1, joinCleanup(fmt.Errorf("%w: more than %d bytes of output", runbox.ErrOutputLimit, limit), p)
 	case err != nil:
 		return b, -1, err
 	case res.Signal != "":

@@ -26,12 +26,35 @@ type launchSpec struct {
 	tty  bool
 }
 
+// launchRequest is what a caller asks to launch, before anything is
+// resolved: exactly one of argv and shell is set.
+type launchRequest struct {
+	dir      string   // working directory; "" is the caller's
+	argv     []string // run literally, without a shell
+	shell    string   // run by the platform's command interpreter
+	env      []string // KEY=VALUE entries over the base environment
+	cleanEnv bool     // start from an empty environment
+	tty      bool     // under a pseudo-terminal
+	grant    *Grant   // authorizes a gated command; consumed when given
+}
+
 // compile resolves a launch without starting anything. The program is
 // looked up in the child's PATH, not the caller's. With a policy, the
 // command is admitted first (a denied or ungranted command never gets
 // further) and the grant, if any, is consumed last, once nothing else can
 // fail.
-func (e *Executor) compile(dir string, argv []string, cmdLine string, env []string, cleanEnv, tty bool, grant *Grant) (*launchSpec, error) {
+func (e *Executor) compile(req launchRequest) (*launchSpec, error) {
+	argv, dir, cmdLine := req.argv, req.dir, ""
+	if req.shell != "" || len(argv) == 0 {
+		if err := validateShellCommand(req.shell); err != nil {
+			return nil, err
+		}
+		a, l, err := shellArgv(req.shell)
+		if err != nil {
+			return nil, err
+		}
+		argv, cmdLine = a, l
+	}
 	if e.conf != nil {
 		d, err := resolveDirectory(dir)
 		if err == nil {
@@ -41,11 +64,11 @@ func (e *Executor) compile(dir string, argv []string, cmdLine string, env []stri
 			return nil, fmt.Errorf("%w: directory: %w", runbox.ErrInvalidCommand, err)
 		}
 		dir = d
-		if err := e.admit(argv, dir, grant); err != nil {
+		if err := e.admit(argv, dir, req.grant); err != nil {
 			return nil, err
 		}
 	}
-	full := e.environ(env, cleanEnv, tty)
+	full := e.environ(req.env, req.cleanEnv, req.tty)
 	path, err := lookPath(argv[0], dir, envValue(full, "PATH"))
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", runbox.ErrStart, err)
@@ -56,13 +79,13 @@ func (e *Executor) compile(dir string, argv []string, cmdLine string, env []stri
 		dir:     dir,
 		env:     full,
 		cmdLine: cmdLine,
-		tty:     tty,
+		tty:     req.tty,
 	}
 	if e.conf != nil {
 		spec.conf = e.conf.newSpawnConf(spec)
 	}
-	if grant != nil {
-		if err := e.grants.consume(*grant, argv, dir); err != nil {
+	if req.grant != nil {
+		if err := e.grants.consume(*req.grant, argv, dir); err != nil {
 			return nil, fmt.Errorf("%w: %w", runbox.ErrInvalidCommand, err)
 		}
 	}
@@ -108,18 +131,6 @@ func validateShellCommand(command string) error {
 		return fmt.Errorf("%w: shell command contains a NUL byte", runbox.ErrInvalidCommand)
 	}
 	return nil
-}
-
-// compileShell is compile for a command string run by the platform shell.
-func (e *Executor) compileShell(dir, command string, env []string, cleanEnv, tty bool, grant *Grant) (*launchSpec, error) {
-	if err := validateShellCommand(command); err != nil {
-		return nil, err
-	}
-	argv, cmdLine, err := shellArgv(command)
-	if err != nil {
-		return nil, err
-	}
-	return e.compile(dir, argv, cmdLine, env, cleanEnv, tty, grant)
 }
 
 // windowsShell returns how to run command with cmd.exe from systemDir, the

@@ -7,7 +7,7 @@ import (
 	"github.com/runbox-dev/runbox"
 )
 
-// The per-OS contract. The portable code (host.go, proc.go, process.go,
+// The per-OS contract. The portable code (host.go, run.go, proc.go, process.go,
 // prepare.go, launch.go, capture.go, runtty.go, env.go) relies on each
 // platform's files (platform_linux.go, platform_darwin.go and
 // platform_windows.go, the first two sharing platform_unix.go) providing

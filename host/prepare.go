@@ -116,12 +116,10 @@ func (e *Executor) PrepareProcess(ctx context.Context, o ProcessOptions) (*Prepa
 	if o.Grant != (Grant{}) {
 		grant = &o.Grant
 	}
-	var spec *launchSpec
-	if hasArgv {
-		spec, err = e.compile(dir, o.Args, "", o.Env, o.CleanEnv, o.TTY, grant)
-	} else {
-		spec, err = e.compileShell(dir, o.Command, o.Env, o.CleanEnv, o.TTY, grant)
-	}
+	spec, err := e.compile(launchRequest{
+		dir: dir, argv: o.Args, shell: o.Command,
+		env: o.Env, cleanEnv: o.CleanEnv, tty: o.TTY, grant: grant,
+	})
 	if err != nil {
 		return nil, err
 	}

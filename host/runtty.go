@@ -10,27 +10,18 @@ import (
 	"github.com/runbox-dev/runbox"
 )
 
-// runTTY is Run for a Command with TTY set: the process gets a new
-// pseudo-terminal, everything it writes (stderr included) goes to
-// streams.Stdout, Command.Stdin is typed into the terminal without an EOF
-// at its end, and Command.Resize is applied until Run returns.
-func (e *Executor) runTTY(ctx context.Context, cmd runbox.Command, streams runbox.Streams) (runbox.Result, error) {
+// runTTY is runLaunch under a new pseudo-terminal: everything the
+// process writes (stderr included) goes to r.streams.Stdout, r.stdin is
+// typed into the terminal without an EOF at its end, and r.resize is
+// applied until it returns.
+func (e *Executor) runTTY(ctx context.Context, r runRequest) (runbox.Result, error) {
 	failed := runbox.Result{ExitCode: -1}
-	if !ttySupported {
-		return failed, fmt.Errorf("%w: no pseudo-terminal on this platform", runbox.ErrProcessTTYUnsupported)
+	if r.starting != nil {
+		if err := r.starting(); err != nil {
+			return failed, err
+		}
 	}
-	size, err := ttySize(cmd.TermSize)
-	if err != nil {
-		return failed, err
-	}
-	spec, err := e.compile(cmd.Dir, cmd.Args, "", cmd.Env, cmd.CleanEnv, true, nil)
-	if err != nil {
-		return failed, err
-	}
-	if err := cmd.Starting(); err != nil {
-		return failed, err
-	}
-	p, err := e.startPTY(spec, size)
+	p, err := e.startPTY(r.spec, r.size)
 	if err != nil {
 		return failed, err
 	}
@@ -40,8 +31,8 @@ func (e *Executor) runTTY(ctx context.Context, cmd runbox.Command, streams runbo
 	// never blocks on it.
 	var w io.Writer = io.Discard
 	var sticky *stickyWriter
-	if streams.Stdout != nil {
-		sticky = &stickyWriter{mu: new(sync.Mutex), w: streams.Stdout, name: "stdout"}
+	if r.streams.Stdout != nil {
+		sticky = &stickyWriter{mu: new(sync.Mutex), w: r.streams.Stdout, name: "stdout"}
 		w = sticky
 	}
 	copied := make(chan struct{})
@@ -50,16 +41,16 @@ func (e *Executor) runTTY(ctx context.Context, cmd runbox.Command, streams runbo
 		_, _ = io.Copy(w, p.stdout)
 	}()
 	var stdinDone chan struct{}
-	if cmd.Stdin != nil {
+	if r.stdin != nil {
 		stdinDone = make(chan struct{})
 		go func() {
 			defer close(stdinDone)
-			_, _ = io.Copy(p.stdin, cmd.Stdin)
+			_, _ = io.Copy(p.stdin, r.stdin)
 		}()
 	}
 	stop := make(chan struct{})
 	var resizer sync.WaitGroup
-	if cmd.Resize != nil {
+	if r.resize != nil {
 		resizer.Add(1)
 		go func() {
 			defer resizer.Done()
@@ -67,7 +58,7 @@ func (e *Executor) runTTY(ctx context.Context, cmd runbox.Command, streams runbo
 				select {
 				case <-stop:
 					return
-				case sz, ok := <-cmd.Resize:
+				case sz, ok := <-r.resize:
 					if !ok {
 						return
 					}
