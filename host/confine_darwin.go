@@ -5,16 +5,8 @@ import (
 	"os"
 
 	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/sandbox/seatbelt"
 )
-
-// confineCmd rewrites a launch to run under sandbox-exec with the
-// policy's profile; the environment, directory and stdio stay.
-func confineCmd(c *spawnConf, path string, args []string) (string, []string) {
-	if c == nil {
-		return path, args
-	}
-	return sandboxExec, seatbeltArgv(c)
-}
 
 // probeConfinement checks for sandbox-exec. Seatbelt gives write, read and
 // network boundaries; it does not hide other processes, and teardown stays
@@ -25,8 +17,8 @@ func (e *Executor) probeConfinement() (runbox.Guarantees, error) {
 	if cp.policy.Unconfined {
 		return g, nil
 	}
-	if fi, err := os.Stat(sandboxExec); err != nil || fi.Mode()&0o111 == 0 {
-		return g, fmt.Errorf("%w: %s is not available", ErrConfinementUnavailable, sandboxExec)
+	if fi, err := os.Stat(seatbelt.Launcher); err != nil || fi.Mode()&0o111 == 0 {
+		return g, fmt.Errorf("%w: %s is not available", ErrConfinementUnavailable, seatbelt.Launcher)
 	}
 	g.WriteBoundary = !cp.policy.BroadWrite
 	g.ReadBoundary = cp.readable != nil

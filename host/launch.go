@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/sandbox"
 )
 
 // launchSpec is a fully resolved launch: everything needed to spawn, and
@@ -22,7 +23,7 @@ type launchSpec struct {
 	// Go quote args.
 	cmdLine string
 	// conf is the confinement of this launch; nil runs it unconfined.
-	conf *spawnConf
+	conf *sandbox.Spec
 	tty  bool
 }
 

@@ -61,5 +61,4 @@ var (
 	_ func(state *os.ProcessState) runbox.Result        = exitResult
 	_ func(master *os.File, size runbox.TermSize) error = resizePTY
 	_ func(w *os.File)                                  = growPipe
-	_ func() error                                      = CloseInheritedOnExec
 )

@@ -7,6 +7,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/sandbox/seatbelt"
 )
 
 // treeSys is the macOS handle on a process tree: its process group only.
@@ -16,7 +17,7 @@ type treeSys struct{}
 // startTree starts the process in a new session (and process group).
 func (e *Executor) startTree(spec *launchSpec, build func() *exec.Cmd, tty bool) (*exec.Cmd, *treeSys, error) {
 	cmd := build()
-	cmd.Path, cmd.Args = confineCmd(spec.conf, cmd.Path, cmd.Args)
+	cmd.Path, cmd.Args = seatbelt.Command(spec.conf, cmd.Path, cmd.Args)
 	cmd.SysProcAttr = sysProcAttr(tty)
 	if err := cmd.Start(); err != nil {
 		return nil, nil, err

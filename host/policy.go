@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/runbox-dev/runbox"
+	"github.com/runbox-dev/runbox/internal/sandbox"
 )
 
 // Confinement errors. Each wraps nothing else, so errors.Is tells them
@@ -368,50 +369,13 @@ func (s *grantStore) consume(g Grant, argv []string, dir string) error {
 	return nil
 }
 
-// spawnConf is one confined launch as the platform wrapper needs it; on
-// Linux it is handed to the stage-2 helper as JSON.
-type spawnConf struct {
-	Path string   `json:"path"`
-	Args []string `json:"args"`
-	Dir  string   `json:"dir"`
-	Env  []string `json:"env"`
-	TTY  bool     `json:"tty"`
-	// Writable are canonical roots bound read-write (the private HOME and
-	// TMPDIR included).
-	Writable []string `json:"writable"`
-	// Visible are canonical paths bound read-only because the sandbox's
-	// private directories (/tmp) would hide them: the working directory,
-	// the program, readable roots.
-	Visible []string `json:"visible"`
-	// Readable are the only readable roots; nil means everything.
-	Readable   []string `json:"readable"`
-	Network    bool     `json:"network"`
-	BroadWrite bool     `json:"broadWrite"`
-	// Probe makes the helper set everything up and report what it
-	// applied instead of running a command.
-	Probe bool `json:"probe"`
-	// Prepared makes the helper build the sandbox, report what it applied
-	// (as a probe does) and then wait on ControlFD for the one command it
-	// will run (see prepared_linux.go); a closed ControlFD ends it unused.
-	Prepared  bool `json:"prepared,omitempty"`
-	ControlFD int  `json:"controlFD,omitempty"`
-	// Expect, when not nil, is exactly what the helper must apply (as it
-	// reported at the probe); it refuses to run the command otherwise.
-	Expect []string `json:"expect,omitempty"`
-	// LimitFDs are cgroup v1 "tasks" files the helper's forking thread
-	// joins before the command is forked; LimitNames says what each
-	// enforces.
-	LimitFDs   []int    `json:"limitFDs,omitempty"`
-	LimitNames []string `json:"limitNames,omitempty"`
-}
-
 // newSpawnConf derives the confinement of one launch from the compiled
 // policy; nil for an unconfined policy.
-func (cp *compiledPolicy) newSpawnConf(spec *launchSpec) *spawnConf {
+func (cp *compiledPolicy) newSpawnConf(spec *launchSpec) *sandbox.Spec {
 	if cp.policy.Unconfined {
 		return nil
 	}
-	c := &spawnConf{
+	c := &sandbox.Spec{
 		Path:       spec.path,
 		Args:       slices.Clone(spec.args),
 		Dir:        spec.dir,

@@ -1,7 +1,6 @@
 package host
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -10,92 +9,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/runbox-dev/runbox/internal/sandbox"
 	"golang.org/x/sys/unix"
 )
-
-// A prepared sandbox is a stage-2 helper that has built everything a
-// confined command gets (namespaces, root, /proc, /dev, Landlock, seccomp,
-// cgroup) before the command is known, and waits for exactly one command
-// on a control socket. Most of a confined launch's cost is that set-up, so
-// an executor keeps one ready (WithPreparedSandboxes) and a launch only
-// sends its program, arguments, environment and stdio.
-//
-// Nothing is shared between commands: a prepared sandbox serves one
-// command and ends with it, exactly as a cold one does. It waits with no
-// descriptor of the caller's but its control socket and status pipe, and
-// the restrictions are on its command thread before the command arrives.
-
-// errNoCommand ends a prepared helper whose control socket closed without
-// a command: the executor discarded it.
-var errNoCommand = errors.New("the prepared sandbox was discarded")
-
-// The control message: one byte, with the launch's spec (a sealed memory
-// file) and the command's stdin, stdout and stderr as SCM_RIGHTS.
-const (
-	controlCommand = 'C'
-	controlFiles   = 4
-)
-
-// awaitCommand (in the helper) waits for the command of a prepared
-// sandbox and takes its program, arguments, directory, environment and
-// what the executor expects to have been applied into conf; nothing that
-// shapes the sandbox is taken from the message, since the sandbox is
-// already built. It returns the command's stdio.
-func awaitCommand(conf *spawnConf) ([]*os.File, error) {
-	ctl := conf.ControlFD
-	defer unix.Close(ctl)
-	buf := make([]byte, 1)
-	oob := make([]byte, unix.CmsgSpace(controlFiles*4))
-	var n, oobn int
-	var err error
-	for {
-		n, oobn, _, _, err = unix.Recvmsg(ctl, buf, oob, unix.MSG_CMSG_CLOEXEC)
-		if err != unix.EINTR {
-			break
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("prepared sandbox: receive command: %w", err)
-	}
-	if n == 0 && oobn == 0 {
-		return nil, errNoCommand
-	}
-	var fds []int
-	if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
-		for _, m := range msgs {
-			if got, err := unix.ParseUnixRights(&m); err == nil {
-				fds = append(fds, got...)
-			}
-		}
-	}
-	closeAll := func() {
-		for _, fd := range fds {
-			unix.Close(fd)
-		}
-	}
-	if n != 1 || buf[0] != controlCommand || len(fds) != controlFiles {
-		closeAll()
-		return nil, fmt.Errorf("prepared sandbox: malformed command message (%d bytes, %d descriptors)", n, len(fds))
-	}
-	specF := os.NewFile(uintptr(fds[0]), "spec")
-	var cmd spawnConf
-	err = json.NewDecoder(specF).Decode(&cmd)
-	specF.Close()
-	if err != nil {
-		closeAll()
-		return nil, fmt.Errorf("prepared sandbox: read command: %w", err)
-	}
-	if cmd.Path == "" {
-		closeAll()
-		return nil, errHelperNoCommand
-	}
-	conf.Path, conf.Args, conf.Dir, conf.Env, conf.Expect = cmd.Path, cmd.Args, cmd.Dir, cmd.Env, cmd.Expect
-	return []*os.File{
-		os.NewFile(uintptr(fds[1]), "stdin"),
-		os.NewFile(uintptr(fds[2]), "stdout"),
-		os.NewFile(uintptr(fds[3]), "stderr"),
-	}, nil
-}
 
 // preparedSandbox is the executor's side of one prepared helper.
 type preparedSandbox struct {
@@ -104,21 +20,14 @@ type preparedSandbox struct {
 	ctl *os.File // the executor's end of the control socket
 	// shape is the launch the sandbox was built for: it serves launches
 	// whose confinement is built the same way.
-	shape *spawnConf
+	shape *sandbox.Spec
 	// mech is what the helper reported it applied.
 	mech []byte
 }
 
 // serves reports whether a launch with confinement c runs in exactly the
-// sandbox ps was built as: the paths bound into it and the Landlock rules
-// come from the launch's directory and program, the rest from the policy.
-func (ps *preparedSandbox) serves(c *spawnConf) bool {
-	return !c.TTY && !ps.shape.TTY &&
-		slices.Equal(c.Visible, ps.shape.Visible) &&
-		(c.Readable == nil) == (ps.shape.Readable == nil) &&
-		slices.Equal(c.Readable, ps.shape.Readable) &&
-		slices.Equal(c.LimitNames, ps.shape.LimitNames)
-}
+// sandbox ps was built as.
+func (ps *preparedSandbox) serves(c *sandbox.Spec) bool { return ps.shape.SameSandbox(c) }
 
 // discard ends an unused prepared sandbox: its helper sees the control
 // socket close and exits, and its cgroup is released.
@@ -156,48 +65,24 @@ func (e *Executor) prepareSandbox(spec *launchSpec, probe bool) (*preparedSandbo
 // sets up and waits until the helper reports that the command runs. retry
 // says that the helper was gone before it took the command (nothing of the
 // command ran), so a cold sandbox may be tried instead.
-func (ps *preparedSandbox) start(conf *spawnConf, build func() *exec.Cmd) (cmd *exec.Cmd, ts *treeSys, retry bool, err error) {
+func (ps *preparedSandbox) start(conf *sandbox.Spec, build func() *exec.Cmd) (cmd *exec.Cmd, ts *treeSys, retry bool, err error) {
 	fail := func(retry bool, err error) (*exec.Cmd, *treeSys, bool, error) {
 		ps.discard()
 		return nil, nil, retry, err
 	}
-	spec, err := specFile(conf)
-	if err != nil {
-		return fail(false, fmt.Errorf("sandbox spec: %w", err))
-	}
-	defer spec.Close()
 	c := build()
-	stdio := []any{c.Stdin, c.Stdout, c.Stderr}
-	fds := []int{int(spec.Fd())}
-	var devNull *os.File
-	for _, s := range stdio {
-		f, ok := s.(*os.File)
-		if !ok || f == nil {
-			if s != nil {
-				return fail(false, fmt.Errorf("sandbox: stdio of type %T", s))
-			}
-			if devNull == nil {
-				if devNull, err = os.Open(os.DevNull); err != nil {
-					return fail(false, err)
-				}
-				defer devNull.Close()
-			}
-			f = devNull
-		}
-		fds = append(fds, int(f.Fd()))
+	if err := sandbox.SendCommand(ps.ctl, conf, c.Stdin, c.Stdout, c.Stderr); err != nil {
+		var sendErr *sandbox.SendError
+		return fail(errors.As(err, &sendErr), fmt.Errorf("sandbox: %w", err))
 	}
-	if err := unix.Sendmsg(int(ps.ctl.Fd()), []byte{controlCommand}, unix.UnixRights(fds...), nil, unix.MSG_NOSIGNAL); err != nil {
-		return fail(true, fmt.Errorf("sandbox: send command: %w", err))
-	}
-	ps.ctl.Close()
 	status := ps.ts.status
-	_ = status.SetReadDeadline(time.Now().Add(helperStartTimeout))
-	kind, payload, err := readStatus(status)
+	_ = status.SetReadDeadline(time.Now().Add(sandbox.StartTimeout))
+	kind, payload, err := sandbox.ReadStatus(status)
 	_ = status.SetReadDeadline(time.Time{})
 	switch {
-	case err == nil && kind == statusRunning:
+	case err == nil && kind == sandbox.StatusRunning:
 		return ps.cmd, ps.ts, false, nil
-	case err == nil && kind == statusError:
+	case err == nil && kind == sandbox.StatusError:
 		return fail(false, fmt.Errorf("sandbox: %s", payload))
 	case err == nil:
 		return fail(false, fmt.Errorf("sandbox helper sent unexpected status %q", kind))
@@ -246,7 +131,7 @@ func (p *sandboxPool) add(ps *preparedSandbox) {
 // take returns a ready sandbox that serves c, or nil. Ready sandboxes
 // shaped for another launch are discarded: the next ones are shaped like
 // this one.
-func (p *sandboxPool) take(c *spawnConf) *preparedSandbox {
+func (p *sandboxPool) take(c *sandbox.Spec) *preparedSandbox {
 	p.mu.Lock()
 	var got *preparedSandbox
 	var stale []*preparedSandbox

@@ -1,13 +1,6 @@
-//go:build unix
-
 package host
 
-import (
-	"os"
-	"strconv"
-
-	"golang.org/x/sys/unix"
-)
+import "github.com/runbox-dev/runbox/internal/sandbox"
 
 // CloseInheritedOnExec marks every descriptor of the calling process above
 // stderr close-on-exec, so that nothing the program starts afterwards
@@ -20,34 +13,4 @@ import (
 // means to pass on implicitly must be passed explicitly afterwards
 // (exec.Cmd.ExtraFiles). On Windows it does nothing: os/exec there hands
 // a child only the handles it names.
-func CloseInheritedOnExec() error {
-	if closeRangeCloexec(3) == nil {
-		return nil
-	}
-	fds, err := openDescriptors()
-	if err != nil {
-		return err
-	}
-	for _, fd := range fds {
-		if fd > 2 {
-			unix.CloseOnExec(fd)
-		}
-	}
-	return nil
-}
-
-// openDescriptors lists the calling process's descriptors. The listing's
-// own descriptor may be among them, closed by the time this returns.
-func openDescriptors() ([]int, error) {
-	ents, err := os.ReadDir(descriptorDir)
-	if err != nil {
-		return nil, err
-	}
-	fds := make([]int, 0, len(ents))
-	for _, ent := range ents {
-		if fd, err := strconv.Atoi(ent.Name()); err == nil {
-			fds = append(fds, fd)
-		}
-	}
-	return fds, nil
-}
+func CloseInheritedOnExec() error { return sandbox.CloseInheritedOnExec() }

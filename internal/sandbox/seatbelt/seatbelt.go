@@ -1,22 +1,27 @@
-package host
+// Package seatbelt turns a sandbox.Spec into a macOS Seatbelt profile and
+// the sandbox-exec command line that enforces it. It is plain text
+// generation, built and tested on every platform.
+package seatbelt
 
 import (
 	"fmt"
 	"strings"
+
+	"github.com/runbox-dev/runbox/internal/sandbox"
 )
 
-// sandboxExec is macOS's Seatbelt launcher, always run by absolute path so
+// Launcher is macOS's Seatbelt launcher, always run by absolute path so
 // that PATH cannot substitute another program.
-const sandboxExec = "/usr/bin/sandbox-exec"
+const Launcher = "/usr/bin/sandbox-exec"
 
-// seatbeltSystemReads are what any process needs to read to start on
+// systemReads are what any process needs to read to start on
 // macOS when the policy lists its readable roots.
-var seatbeltSystemReads = []string{
+var systemReads = []string{
 	"/usr", "/bin", "/sbin", "/System", "/Library", "/private/etc", "/private/var/db/timezone",
 	"/dev", "/private/var/run", "/opt/homebrew",
 }
 
-// seatbeltProfile returns a Seatbelt profile for c and the -D parameters it
+// Profile returns a Seatbelt profile for c and the -D parameters it
 // refers to. Paths never appear in the profile text: they are passed as
 // parameters, so no path can inject profile syntax. Every path is given in
 // both its /private spelling and its public one, because Seatbelt matches
@@ -27,7 +32,7 @@ var seatbeltSystemReads = []string{
 // writable roots (everything with BroadWrite) and the terminal and null
 // devices; and network access only when the policy allows it. Signals and
 // process inspection are limited to the sandbox's own processes.
-func seatbeltProfile(c *spawnConf) (profile string, params []string) {
+func Profile(c *sandbox.Spec) (profile string, params []string) {
 	var b strings.Builder
 	n := 0
 	param := func(p string) string {
@@ -39,7 +44,7 @@ func seatbeltProfile(c *spawnConf) (profile string, params []string) {
 	subpaths := func(paths []string) string {
 		var parts []string
 		for _, p := range paths {
-			for _, s := range seatbeltSpellings(p) {
+			for _, s := range spellings(p) {
 				parts = append(parts, "(subpath "+param(s)+")")
 			}
 		}
@@ -55,7 +60,7 @@ func seatbeltProfile(c *spawnConf) (profile string, params []string) {
 		b.WriteString("(allow file-read*)\n")
 	} else {
 		b.WriteString("(allow file-read-metadata)\n")
-		b.WriteString("(allow file-read* (literal \"/\") " + subpaths(append(append([]string{}, seatbeltSystemReads...), c.Readable...)) + ")\n")
+		b.WriteString("(allow file-read* (literal \"/\") " + subpaths(append(append([]string{}, systemReads...), c.Readable...)) + ")\n")
 	}
 	b.WriteString("(allow file-read* file-write-data file-ioctl (literal \"/dev/null\") (literal \"/dev/zero\") (literal \"/dev/tty\") (literal \"/dev/dtracehelper\") (regex #\"^/dev/ttys[0-9]+$\") (literal \"/dev/ptmx\"))\n")
 	switch {
@@ -70,9 +75,9 @@ func seatbeltProfile(c *spawnConf) (profile string, params []string) {
 	return b.String(), params
 }
 
-// seatbeltSpellings returns p and, for paths under macOS's /private
+// spellings returns p and, for paths under macOS's /private
 // symlinks (/tmp, /var, /etc), the other spelling.
-func seatbeltSpellings(p string) []string {
+func spellings(p string) []string {
 	out := []string{p}
 	for _, d := range []string{"/tmp", "/var", "/etc"} {
 		if p == d || strings.HasPrefix(p, d+"/") {
@@ -85,13 +90,23 @@ func seatbeltSpellings(p string) []string {
 	return out
 }
 
-// seatbeltArgv wraps a command in sandbox-exec.
-func seatbeltArgv(c *spawnConf) []string {
-	profile, params := seatbeltProfile(c)
-	argv := append([]string{sandboxExec, "-p", profile}, params...)
+// Argv wraps a command in sandbox-exec.
+func Argv(c *sandbox.Spec) []string {
+	profile, params := Profile(c)
+	argv := append([]string{Launcher, "-p", profile}, params...)
 	argv = append(argv, "--", c.Path)
 	if len(c.Args) > 1 {
 		argv = append(argv, c.Args[1:]...)
 	}
 	return argv
+}
+
+// Command rewrites a launch to run under sandbox-exec with c's profile;
+// without a spec (an unconfined policy) the launch is unchanged. The
+// environment, directory and stdio stay the caller's.
+func Command(c *sandbox.Spec, path string, args []string) (string, []string) {
+	if c == nil {
+		return path, args
+	}
+	return Launcher, Argv(c)
 }

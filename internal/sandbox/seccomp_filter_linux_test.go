@@ -1,6 +1,6 @@
 //go:build linux && (amd64 || arm64)
 
-package host
+package sandbox
 
 import (
 	"encoding/binary"

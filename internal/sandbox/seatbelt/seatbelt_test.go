@@ -1,10 +1,12 @@
-package host
+package seatbelt
 
 import (
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
+
+	"github.com/runbox-dev/runbox/internal/sandbox"
 )
 
 // paramValues maps the profile's -D parameters back to their paths.
@@ -18,7 +20,7 @@ func paramValues(params []string) map[string]string {
 }
 
 func TestSeatbeltProfileReadOnlyNoNetwork(t *testing.T) {
-	prof, params := seatbeltProfile(&spawnConf{Path: "/bin/ls"})
+	prof, params := Profile(&sandbox.Spec{Path: "/bin/ls"})
 	assert.True(t, strings.HasPrefix(prof, "(version 1)\n(deny default)\n"), prof)
 	assert.Contains(t, prof, "(allow file-read*)\n")
 	assert.NotContains(t, prof, "(allow file-write*")
@@ -28,7 +30,7 @@ func TestSeatbeltProfileReadOnlyNoNetwork(t *testing.T) {
 }
 
 func TestSeatbeltProfileWritableRoots(t *testing.T) {
-	prof, params := seatbeltProfile(&spawnConf{Writable: []string{"/tmp/work", "/Users/me/src", `/odd "path") (allow default`}})
+	prof, params := Profile(&sandbox.Spec{Writable: []string{"/tmp/work", "/Users/me/src", `/odd "path") (allow default`}})
 	vals := paramValues(params)
 	var got []string
 	for _, v := range vals {
@@ -42,13 +44,13 @@ func TestSeatbeltProfileWritableRoots(t *testing.T) {
 }
 
 func TestSeatbeltProfileNetworkAndBroadWrite(t *testing.T) {
-	prof, _ := seatbeltProfile(&spawnConf{Network: true, BroadWrite: true})
+	prof, _ := Profile(&sandbox.Spec{Network: true, BroadWrite: true})
 	assert.Contains(t, prof, "(allow network*)")
 	assert.Contains(t, prof, "(allow file-write*)\n")
 }
 
 func TestSeatbeltProfileReadableRoots(t *testing.T) {
-	prof, params := seatbeltProfile(&spawnConf{Readable: []string{"/private/var/src"}})
+	prof, params := Profile(&sandbox.Spec{Readable: []string{"/private/var/src"}})
 	assert.NotContains(t, prof, "(allow file-read*)\n")
 	assert.Contains(t, prof, "(allow file-read-metadata)")
 	vals := paramValues(params)
@@ -62,27 +64,16 @@ func TestSeatbeltProfileReadableRoots(t *testing.T) {
 }
 
 func TestSeatbeltArgv(t *testing.T) {
-	argv := seatbeltArgv(&spawnConf{Path: "/bin/echo", Args: []string{"echo", "-n", "hi"}, Writable: []string{"/w"}})
-	assert.Equal(t, sandboxExec, argv[0], "sandbox-exec by absolute path")
+	argv := Argv(&sandbox.Spec{Path: "/bin/echo", Args: []string{"echo", "-n", "hi"}, Writable: []string{"/w"}})
+	assert.Equal(t, Launcher, argv[0], "sandbox-exec by absolute path")
 	assert.Equal(t, "-p", argv[1])
 	assert.Equal(t, []string{"-DP0=/w", "--", "/bin/echo", "-n", "hi"}, argv[3:])
 }
 
 func TestSeatbeltSpellings(t *testing.T) {
-	assert.Equal(t, []string{"/tmp", "/private/tmp"}, seatbeltSpellings("/tmp"))
-	assert.Equal(t, []string{"/private/var/x", "/var/x"}, seatbeltSpellings("/private/var/x"))
-	assert.Equal(t, []string{"/etc/hosts", "/private/etc/hosts"}, seatbeltSpellings("/etc/hosts"))
-	assert.Equal(t, []string{"/tmpfoo"}, seatbeltSpellings("/tmpfoo"))
-	assert.Equal(t, []string{"/Users/x"}, seatbeltSpellings("/Users/x"))
-}
-
-func TestGrantStoreAndLevels(t *testing.T) {
-	var s grantStore
-	g, err := s.issue([]string{"a"}, "/d", 1<<40)
-	assert.NoError(t, err)
-	assert.Len(t, g.String(), 64)
-	assert.ErrorIs(t, s.consume(g, []string{"a"}, "/e"), ErrGrantMismatch)
-	assert.NoError(t, s.consume(g, []string{"a"}, "/d"))
-	assert.ErrorIs(t, s.consume(g, []string{"a"}, "/d"), ErrGrantUsed)
-	assert.ErrorIs(t, s.consume(Grant{}, []string{"a"}, "/d"), ErrGrantInvalid)
+	assert.Equal(t, []string{"/tmp", "/private/tmp"}, spellings("/tmp"))
+	assert.Equal(t, []string{"/private/var/x", "/var/x"}, spellings("/private/var/x"))
+	assert.Equal(t, []string{"/etc/hosts", "/private/etc/hosts"}, spellings("/etc/hosts"))
+	assert.Equal(t, []string{"/tmpfoo"}, spellings("/tmpfoo"))
+	assert.Equal(t, []string{"/Users/x"}, spellings("/Users/x"))
 }

@@ -1,4 +1,4 @@
-package host
+package sandbox
 
 import (
 	"encoding/binary"
@@ -28,10 +28,13 @@ import (
 // fd 4 and exits with the command, which makes the kernel kill whatever is
 // left in the namespace.
 
-// Helper file descriptors, from exec.Cmd.ExtraFiles.
+// Helper file descriptors, from exec.Cmd.ExtraFiles: the spec, then the
+// status pipe (StatusFD); what follows is described by the spec.
 const (
-	helperSpecFD   = 3
-	helperStatusFD = 4
+	helperSpecFD = 3
+	// StatusFD is the helper's status pipe; the spec's LimitFDs and
+	// ControlFD come after it.
+	StatusFD = 4
 )
 
 // Where the helper assembles the new root. The base is a fresh tmpfs
@@ -49,14 +52,14 @@ func stage2Main() int {
 	runtime.LockOSThread()
 	// Neither descriptor may reach the command.
 	unix.CloseOnExec(helperSpecFD)
-	unix.CloseOnExec(helperStatusFD)
-	status := os.NewFile(helperStatusFD, "status")
+	unix.CloseOnExec(StatusFD)
+	status := os.NewFile(StatusFD, "status")
 	fail := func(err error) int {
-		_ = writeStatus(status, statusError, []byte(err.Error()))
+		_ = writeStatus(status, StatusError, []byte(err.Error()))
 		return 125
 	}
 	specF := os.NewFile(helperSpecFD, "spec")
-	var conf spawnConf
+	var conf Spec
 	err := json.NewDecoder(specF).Decode(&conf)
 	specF.Close()
 	if err != nil {
@@ -65,7 +68,7 @@ func stage2Main() int {
 	for _, fd := range conf.LimitFDs {
 		unix.CloseOnExec(fd)
 	}
-	keep := append([]int{helperStatusFD}, conf.LimitFDs...)
+	keep := append([]int{StatusFD}, conf.LimitFDs...)
 	if conf.Prepared {
 		unix.CloseOnExec(conf.ControlFD)
 		keep = append(keep, conf.ControlFD)
@@ -112,7 +115,7 @@ func stage2Main() int {
 	mech = append(mech, st.mech...)
 	if conf.Probe && !conf.Prepared {
 		b, _ := json.Marshal(mech)
-		_ = writeStatus(status, statusProbe, b)
+		_ = writeStatus(status, StatusProbe, b)
 		return 0
 	}
 	// Signals for the tree arrive here first (the parent signals the
@@ -120,7 +123,7 @@ func stage2Main() int {
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2)
 	pid := st.proc.Pid
-	if err := writeStatus(status, statusRunning, nil); err != nil {
+	if err := writeStatus(status, StatusRunning, nil); err != nil {
 		return 125
 	}
 	done := make(chan unix.WaitStatus, 1)
@@ -135,9 +138,9 @@ func stage2Main() int {
 		case ws := <-done:
 			var b [4]byte
 			code := ws.ExitStatus()
-			kind := byte(statusExit)
+			kind := byte(StatusExit)
 			if ws.Signaled() {
-				kind = statusSignal
+				kind = StatusSignal
 				binary.BigEndian.PutUint32(b[:], uint32(ws.Signal()))
 				code = 128 + int(ws.Signal())
 			} else {
@@ -166,7 +169,7 @@ type started struct {
 // it applied, then waits for its command (prepared_linux.go): since the
 // restrictions do not depend on the command, they are in place before
 // anything of it arrives.
-func commandThread(conf *spawnConf, base []string, status *os.File, ch chan<- started) {
+func commandThread(conf *Spec, base []string, status *os.File, ch chan<- started) {
 	runtime.LockOSThread()
 	m, err := joinLimits(conf)
 	if err == nil {
@@ -177,7 +180,7 @@ func commandThread(conf *spawnConf, base []string, status *os.File, ch chan<- st
 	stdio := []*os.File{os.Stdin, os.Stdout, os.Stderr}
 	if err == nil && conf.Prepared {
 		b, _ := json.Marshal(append(slices.Clone(base), m...))
-		if err = writeStatus(status, statusProbe, b); err == nil {
+		if err = writeStatus(status, StatusProbe, b); err == nil {
 			stdio, err = awaitCommand(conf)
 		}
 	}
@@ -234,7 +237,7 @@ func sameSet(a, b []string) bool {
 // outside. A group that cannot be joined fails the launch (the command is
 // never run without a limit it was given); a probe reports only what it
 // joined.
-func joinLimits(c *spawnConf) ([]string, error) {
+func joinLimits(c *Spec) ([]string, error) {
 	var joined []string
 	for i, fd := range c.LimitFDs {
 		_, err := unix.Write(fd, []byte("0"))
@@ -275,7 +278,7 @@ func reapAll(pid int, done chan<- unix.WaitStatus) {
 // tree bound read-only (unless BroadWrite), the writable roots bound
 // read-write, the visible paths bound read-only, a fresh /proc for the new
 // PID namespace, a minimal /dev, and private /tmp and /run.
-func buildRoot(c *spawnConf) error {
+func buildRoot(c *Spec) error {
 	step := func(what string, err error) error {
 		if err != nil {
 			return fmt.Errorf("sandbox setup: %s: %w", what, err)
@@ -545,7 +548,7 @@ func loopbackUp() error {
 // command inherits: no_new_privs, a Landlock domain (when the kernel has
 // Landlock), an empty capability bounding set and the seccomp filter. It
 // returns the mechanisms it applied.
-func restrictThread(c *spawnConf) ([]string, error) {
+func restrictThread(c *Spec) ([]string, error) {
 	var mech []string
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return nil, fmt.Errorf("no_new_privs: %w", err)
@@ -584,7 +587,7 @@ func restrictThread(c *spawnConf) ([]string, error) {
 // the readable roots (everything without a list), full access to the
 // writable roots and the private /tmp and /dev, no TCP without network,
 // and no signals or abstract sockets across the domain's boundary.
-func applyLandlock(c *spawnConf) error {
+func applyLandlock(c *Spec) error {
 	cfg := landlock.V11.BestEffort()
 	if c.Network {
 		cfg.HandledAccessNet = 0
