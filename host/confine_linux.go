@@ -1,17 +1,14 @@
 package host
 
 import (
-	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"slices"
 	"strings"
 	"syscall"
-	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/reexec"
@@ -88,10 +85,8 @@ func (e *Executor) startConfined(conf *sandbox.Spec, build func() *exec.Cmd, ctl
 		return nil, nil, nil, fmt.Errorf("sandbox: %w", err)
 	}
 	ts.pidns, ts.status, ts.groups = true, statusR, groups
-	_ = statusR.SetReadDeadline(time.Now().Add(sandbox.StartTimeout))
-	kind, payload, err := sandbox.ReadStatus(statusR)
-	_ = statusR.SetReadDeadline(time.Time{})
-	if err == nil && (kind == sandbox.StatusRunning || kind == sandbox.StatusProbe) {
+	payload, err := sandbox.AwaitReport(statusR, true)
+	if err == nil {
 		return cmd, ts, payload, nil
 	}
 	// The helper failed (or died): make sure it is gone and reaped.
@@ -99,32 +94,18 @@ func (e *Executor) startConfined(conf *sandbox.Spec, build func() *exec.Cmd, ctl
 	_ = cmd.Wait()
 	_ = ts.teardown(cmd.Process)
 	_ = ts.release()
-	switch {
-	case err != nil:
-		return nil, nil, nil, fmt.Errorf("sandbox helper ended before running the command (%s): %w", cmd.ProcessState, err)
-	case kind == sandbox.StatusError:
-		return nil, nil, nil, fmt.Errorf("sandbox: %s", payload)
+	if errors.Is(err, sandbox.ErrHelperGone) {
+		err = fmt.Errorf("%w (%s)", err, cmd.ProcessState)
 	}
-	return nil, nil, nil, fmt.Errorf("sandbox helper sent unexpected status %q", kind)
+	return nil, nil, nil, err
 }
 
 // result is the sandboxed command's outcome as the helper reported it, or
 // the helper's own when it sent none (it was killed, for example).
 func (s *treeSys) result(state *os.ProcessState) runbox.Result {
 	if s.status != nil {
-		if kind, p, err := sandbox.ReadStatus(s.status); err == nil && len(p) == 4 {
-			n := int(binary.BigEndian.Uint32(p))
-			switch kind {
-			case sandbox.StatusExit:
-				return runbox.Result{ExitCode: n}
-			case sandbox.StatusSignal:
-				sig := syscall.Signal(n)
-				name := unix.SignalName(sig)
-				if name == "" {
-					name = fmt.Sprintf("signal %d", n)
-				}
-				return runbox.Result{ExitCode: 128 + n, Signal: name}
-			}
+		if res, ok := sandbox.ReadResult(s.status); ok {
+			return res
 		}
 	}
 	return exitResult(state)

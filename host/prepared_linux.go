@@ -75,21 +75,12 @@ func (ps *preparedSandbox) start(conf *sandbox.Spec, build func() *exec.Cmd) (cm
 		var sendErr *sandbox.SendError
 		return fail(errors.As(err, &sendErr), fmt.Errorf("sandbox: %w", err))
 	}
-	status := ps.ts.status
-	_ = status.SetReadDeadline(time.Now().Add(sandbox.StartTimeout))
-	kind, payload, err := sandbox.ReadStatus(status)
-	_ = status.SetReadDeadline(time.Time{})
-	switch {
-	case err == nil && kind == sandbox.StatusRunning:
-		return ps.cmd, ps.ts, false, nil
-	case err == nil && kind == sandbox.StatusError:
-		return fail(false, fmt.Errorf("sandbox: %s", payload))
-	case err == nil:
-		return fail(false, fmt.Errorf("sandbox helper sent unexpected status %q", kind))
+	if _, err := sandbox.AwaitReport(ps.ts.status, false); err != nil {
+		// A helper that died without a word may have been killed while it
+		// waited, before the command could run.
+		return fail(errors.Is(err, sandbox.ErrHelperGone), err)
 	}
-	// The helper died without a word: it may have been killed while it
-	// waited, before the command could run.
-	return fail(true, fmt.Errorf("sandbox helper ended before running the command: %w", err))
+	return ps.cmd, ps.ts, false, nil
 }
 
 // sandboxPool keeps an executor's prepared sandboxes: up to size ready

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/internal/reexec"
 )
 
@@ -19,7 +20,8 @@ import (
 // started with ProcAttr and reexec.Env=Name, the spec (SpecFile) on fd 3,
 // the write end of a status pipe on StatusFD, then cgroup v1 task files
 // (Spec.LimitFDs) and, for a prepared sandbox, its control socket
-// (Spec.ControlFD). It reports on the status pipe (ReadStatus).
+// (Spec.ControlFD). It reports on the status pipe: first AwaitReport,
+// then, when the command ends, ReadResult.
 
 // Name is the helper name [runbox.Init] dispatches to: a program
 // started with reexec.Env set to it runs the stage-2 helper.
@@ -27,19 +29,19 @@ const Name = "host-sandbox"
 
 func init() { reexec.Register(Name, stage2Main) }
 
-// StartTimeout bounds how long Start waits for the helper to report
+// startTimeout bounds how long AwaitReport waits for the helper to report
 // that the command runs. Setting up takes milliseconds; this only catches a
 // helper that hangs.
-const StartTimeout = 30 * time.Second
+const startTimeout = 30 * time.Second
 
 // Status messages from the helper on its status descriptor (StatusFD):
 // one byte of kind, a 4-byte big-endian length, the payload.
 const (
-	StatusRunning = 'R' // the command was executed
-	StatusProbe   = 'P' // probe or prepared: payload is the JSON list of mechanisms
-	StatusError   = 'E' // setup failed: payload is the message
-	StatusExit    = 'X' // payload: 4-byte exit code
-	StatusSignal  = 'S' // payload: 4-byte signal number
+	statusRunning = 'R' // the command was executed
+	statusProbe   = 'P' // probe or prepared: payload is the JSON list of mechanisms
+	statusError   = 'E' // setup failed: payload is the message
+	statusExit    = 'X' // payload: 4-byte exit code
+	statusSignal  = 'S' // payload: 4-byte signal number
 )
 
 func writeStatus(w io.Writer, kind byte, payload []byte) error {
@@ -55,8 +57,8 @@ func writeStatus(w io.Writer, kind byte, payload []byte) error {
 // parent allocate without limit.
 const maxStatusPayload = 1 << 16
 
-// ReadStatus reads one status message from the helper.
-func ReadStatus(r io.Reader) (byte, []byte, error) {
+// readStatus reads one status message from the helper.
+func readStatus(r io.Reader) (byte, []byte, error) {
 	var h [5]byte
 	if _, err := io.ReadFull(r, h[:]); err != nil {
 		return 0, nil, err
@@ -70,6 +72,54 @@ func ReadStatus(r io.Reader) (byte, []byte, error) {
 		return 0, nil, err
 	}
 	return h[0], p, nil
+}
+
+// ErrHelperGone reports that the helper's status pipe ended, or stayed
+// silent for startTimeout, without a report: the helper died or hung
+// before it ran the command.
+var ErrHelperGone = errors.New("sandbox helper ended before running the command")
+
+// AwaitReport waits, at most startTimeout, for the helper's first report
+// on status: that the command runs, or (when probe allows it, for a probe
+// or a prepared sandbox being built) the JSON list of the mechanisms it
+// applied, which it returns. A setup failure is returned as the helper's
+// message; a helper that ended without a report as ErrHelperGone.
+func AwaitReport(status *os.File, probe bool) ([]byte, error) {
+	_ = status.SetReadDeadline(time.Now().Add(startTimeout))
+	kind, payload, err := readStatus(status)
+	_ = status.SetReadDeadline(time.Time{})
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("%w: %w", ErrHelperGone, err)
+	case kind == statusRunning, probe && kind == statusProbe:
+		return payload, nil
+	case kind == statusError:
+		return nil, fmt.Errorf("sandbox: %s", payload)
+	}
+	return nil, fmt.Errorf("sandbox helper sent unexpected status %q", kind)
+}
+
+// ReadResult reads the command's outcome that the helper reports when the
+// command ends: its exit code, or the signal that ended it (as 128+N, the
+// way a shell reports it). ok is false when the helper reported nothing,
+// because it was killed, for example.
+func ReadResult(status io.Reader) (res runbox.Result, ok bool) {
+	kind, p, err := readStatus(status)
+	if err != nil || len(p) != 4 {
+		return runbox.Result{}, false
+	}
+	n := int(binary.BigEndian.Uint32(p))
+	switch kind {
+	case statusExit:
+		return runbox.Result{ExitCode: n}, true
+	case statusSignal:
+		name := unix.SignalName(syscall.Signal(n))
+		if name == "" {
+			name = fmt.Sprintf("signal %d", n)
+		}
+		return runbox.Result{ExitCode: 128 + n, Signal: name}, true
+	}
+	return runbox.Result{}, false
 }
 
 // ProcAttr starts the helper as the init of new user, mount, PID

@@ -55,7 +55,7 @@ func stage2Main() int {
 	unix.CloseOnExec(StatusFD)
 	status := os.NewFile(StatusFD, "status")
 	fail := func(err error) int {
-		_ = writeStatus(status, StatusError, []byte(err.Error()))
+		_ = writeStatus(status, statusError, []byte(err.Error()))
 		return 125
 	}
 	specF := os.NewFile(helperSpecFD, "spec")
@@ -115,7 +115,7 @@ func stage2Main() int {
 	mech = append(mech, st.mech...)
 	if conf.Probe && !conf.Prepared {
 		b, _ := json.Marshal(mech)
-		_ = writeStatus(status, StatusProbe, b)
+		_ = writeStatus(status, statusProbe, b)
 		return 0
 	}
 	// Signals for the tree arrive here first (the parent signals the
@@ -123,7 +123,7 @@ func stage2Main() int {
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2)
 	pid := st.proc.Pid
-	if err := writeStatus(status, StatusRunning, nil); err != nil {
+	if err := writeStatus(status, statusRunning, nil); err != nil {
 		return 125
 	}
 	done := make(chan unix.WaitStatus, 1)
@@ -138,9 +138,9 @@ func stage2Main() int {
 		case ws := <-done:
 			var b [4]byte
 			code := ws.ExitStatus()
-			kind := byte(StatusExit)
+			kind := byte(statusExit)
 			if ws.Signaled() {
-				kind = StatusSignal
+				kind = statusSignal
 				binary.BigEndian.PutUint32(b[:], uint32(ws.Signal()))
 				code = 128 + int(ws.Signal())
 			} else {
@@ -180,7 +180,7 @@ func commandThread(conf *Spec, base []string, status *os.File, ch chan<- started
 	stdio := []*os.File{os.Stdin, os.Stdout, os.Stderr}
 	if err == nil && conf.Prepared {
 		b, _ := json.Marshal(append(slices.Clone(base), m...))
-		if err = writeStatus(status, StatusProbe, b); err == nil {
+		if err = writeStatus(status, statusProbe, b); err == nil {
 			stdio, err = awaitCommand(conf)
 		}
 	}
