@@ -9,9 +9,15 @@ import (
 	"sync"
 	"time"
 
-	"github.com/runbox-dev/runbox/internal/sandbox"
 	"golang.org/x/sys/unix"
+
+	"github.com/runbox-dev/runbox/internal/sandbox"
 )
+
+// The executor's side of prepared sandboxes (WithPreparedSandboxes): it
+// starts helpers that build a sandbox before its command is known, keeps
+// them in a pool, and hands each exactly one command. The helper's side,
+// and why nothing is shared between commands, is in internal/sandbox.
 
 // preparedSandbox is the executor's side of one prepared helper.
 type preparedSandbox struct {
