@@ -313,7 +313,7 @@ func (e *Executor) deliver(ctx context.Context, id string, p *agentPlan) error {
 	}
 	_, err = e.cli.CopyToContainer(ctx, id, client.CopyToContainerOptions{DestinationPath: reservedDir, Content: &buf})
 	if err != nil {
-		return fmt.Errorf("runbox/docker: delivering the agent: %w", engineErr(err))
+		return fmt.Errorf("runbox/docker: delivering the agent: %w", e.engineErr(err))
 	}
 	return nil
 }
@@ -478,7 +478,7 @@ func offerSocket(dir string) (*net.UnixListener, func(), error) {
 func (s *Session) initPid(ctx context.Context) (int, error) {
 	res, err := s.e.cli.ContainerInspect(ctx, s.id, client.ContainerInspectOptions{})
 	if err != nil {
-		return 0, engineErr(err)
+		return 0, s.e.engineErr(err)
 	}
 	st := res.Container.State
 	if st == nil || !st.Running || st.Pid == 0 {

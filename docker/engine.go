@@ -415,7 +415,7 @@ func (e *Executor) Engine(ctx context.Context) (EngineInfo, error) {
 	info := EngineInfo{Endpoint: e.endpoint, Local: e.localEngine}
 	v, err := e.cli.ServerVersion(ctx, client.ServerVersionOptions{})
 	if err != nil {
-		return info, engineErr(err)
+		return info, e.engineErr(err)
 	}
 	info.ServerVersion, info.OS, info.Arch = v.Version, v.Os, v.Arch
 	info.APIVersion = e.cli.ClientVersion()

@@ -89,6 +89,22 @@ func engineErr(err error) error {
 	return err
 }
 
+// engineErr is the package's engineErr for this Executor's Engine: a
+// refusal also names the Engine that refused (its endpoint), since a
+// user with several Engines must know which one answered. A connection
+// failure names it already, and so does a message that has it.
+func (e *Executor) engineErr(err error) error {
+	err = engineErr(err)
+	if err == nil || e == nil || errors.Is(err, runbox.ErrTransport) {
+		return err
+	}
+	name := e.endpoint.String()
+	if name == "" || strings.Contains(err.Error(), name) {
+		return err
+	}
+	return fmt.Errorf("the Engine %s: %w", name, err)
+}
+
 // startErr is the error of a program that could not be started: it wraps
 // runbox.ErrStart, and also fs.ErrNotExist when the program was not found
 // or fs.ErrPermission when it was found but could not be executed, so that

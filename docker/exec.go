@@ -196,7 +196,7 @@ func (s *Session) execErr(ctx context.Context, what string, err error) error {
 	if rerr := s.checkRunning(ictx); rerr != nil && errors.Is(rerr, runbox.ErrSessionEnded) {
 		return fmt.Errorf("%w (%s: %w)", rerr, what, err)
 	}
-	return fmt.Errorf("runbox/docker: %s: %w", what, engineErr(err))
+	return fmt.Errorf("runbox/docker: %s: %w", what, s.e.engineErr(err))
 }
 
 func cancelled(ctx context.Context, note string) error {

@@ -315,10 +315,10 @@ func (e *Executor) PullImage(ctx context.Context, ref string, opts runbox.PullOp
 func (e *Executor) undoPull(ctx context.Context, ref, pulled, previous string) error {
 	if previous != "" {
 		if _, err := e.cli.ImageTag(ctx, client.ImageTagOptions{Source: previous, Target: ref}); err != nil {
-			return fmt.Errorf("%w: restoring %s after a pull of the wrong platform: %w", runbox.ErrCleanup, ref, engineErr(err))
+			return fmt.Errorf("%w: restoring %s after a pull of the wrong platform: %w", runbox.ErrCleanup, ref, e.engineErr(err))
 		}
 	} else if _, err := e.cli.ImageRemove(ctx, ref, client.ImageRemoveOptions{}); err != nil && !cerrdefs.IsNotFound(err) {
-		return fmt.Errorf("%w: removing %s, pulled for the wrong platform: %w", runbox.ErrCleanup, ref, engineErr(err))
+		return fmt.Errorf("%w: removing %s, pulled for the wrong platform: %w", runbox.ErrCleanup, ref, e.engineErr(err))
 	}
 	// Still named by another reference, or used by a container: it stays.
 	_, _ = e.cli.ImageRemove(ctx, pulled, client.ImageRemoveOptions{})

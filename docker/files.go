@@ -166,13 +166,13 @@ func (s *Session) fileErr(ctx context.Context, op, p string, err error) error {
 			if cerrdefs.IsNotFound(ierr) {
 				return fmt.Errorf("%w: container %s no longer exists", runbox.ErrSessionEnded, shortID(s.id))
 			}
-			return fmt.Errorf("runbox/docker: %s %s: %w", op, p, engineErr(ierr))
+			return fmt.Errorf("runbox/docker: %s %s: %w", op, p, s.e.engineErr(ierr))
 		}
 		return fmt.Errorf("runbox/docker: %w", &fs.PathError{Op: op, Path: p, Err: fs.ErrNotExist})
 	case cerrdefs.IsInvalidArgument(err), cerrdefs.IsConflict(err):
 		return fmt.Errorf("%w: %s %s: %w", runbox.ErrInvalidCommand, op, p, err)
 	}
-	return fmt.Errorf("runbox/docker: %s %s: %w", op, p, engineErr(err))
+	return fmt.Errorf("runbox/docker: %s %s: %w", op, p, s.e.engineErr(err))
 }
 
 func (s *Session) fileCall(ctx context.Context) error {

@@ -24,7 +24,7 @@ func (s *Session) Guarantees(ctx context.Context) (runbox.Guarantees, error) {
 		if cerrdefs.IsNotFound(err) {
 			return runbox.Guarantees{}, fmt.Errorf("%w: container %s no longer exists", runbox.ErrSessionEnded, shortID(s.id))
 		}
-		return runbox.Guarantees{}, engineErr(err)
+		return runbox.Guarantees{}, s.e.engineErr(err)
 	}
 	c := res.Container
 	if c.HostConfig == nil || c.Config == nil {

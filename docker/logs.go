@@ -61,7 +61,7 @@ func (s *Session) Logs(ctx context.Context, opts LogsOptions) (LogsResult, error
 			// soon as it stops; meanwhile it refuses its logs.
 			return LogsResult{}, fmt.Errorf("%w: container %s is being removed: %w", runbox.ErrSessionNotFound, shortID(s.id), err)
 		}
-		return LogsResult{}, engineErr(err)
+		return LogsResult{}, s.e.engineErr(err)
 	}
 	defer rc.Close()
 	stdout, stderr := opts.Stdout, opts.Stderr
@@ -83,7 +83,7 @@ func (s *Session) Logs(ctx context.Context, opts LogsOptions) (LogsResult, error
 		if cerrdefs.IsNotFound(err) {
 			return LogsResult{}, fmt.Errorf("%w: container %s no longer exists", runbox.ErrSessionNotFound, shortID(s.id))
 		}
-		return LogsResult{}, engineErr(err)
+		return LogsResult{}, s.e.engineErr(err)
 	}
 	var lr LogsResult
 	if st := res.Container.State; st != nil {

@@ -53,7 +53,7 @@ func (e *Executor) Sessions(ctx context.Context) ([]SessionInfo, error) {
 		Filters: client.Filters{}.Add("label", LabelKind+"="+KindSession),
 	})
 	if err != nil {
-		return nil, engineErr(err)
+		return nil, e.engineErr(err)
 	}
 	out := make([]SessionInfo, 0, len(res.Items))
 	for _, c := range res.Items {
@@ -135,7 +135,7 @@ func (e *Executor) Session(ctx context.Context, ref string) (*Session, error) {
 		if cerrdefs.IsNotFound(err) {
 			return nil, fmt.Errorf("%w: no session matches %q on the Engine %s", runbox.ErrSessionNotFound, ref, e.endpoint)
 		}
-		return nil, engineErr(err)
+		return nil, e.engineErr(err)
 	}
 	cfg := res.Container.Config
 	if cfg == nil || cfg.Labels[LabelKind] != KindSession {

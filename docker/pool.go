@@ -262,7 +262,7 @@ func (p *Pool) handOut(ctx context.Context, name string) (*Session, error) {
 				if ctx.Err() != nil {
 					return nil, cancelled(ctx, "naming a pooled session")
 				}
-				return nil, fmt.Errorf("runbox/docker: naming a pooled session: %w", engineErr(err))
+				return nil, fmt.Errorf("runbox/docker: naming a pooled session: %w", p.e.engineErr(err))
 			}
 			s.spec.Name = name
 		}

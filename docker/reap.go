@@ -26,7 +26,7 @@ func (e *Executor) Reap(ctx context.Context) ([]string, error) {
 		Filters: client.Filters{}.Add("label", LabelKind+"="+KindSession),
 	})
 	if err != nil {
-		return nil, engineErr(err)
+		return nil, e.engineErr(err)
 	}
 	host, _ := os.Hostname()
 	var removed []string
@@ -56,7 +56,7 @@ func (e *Executor) Reap(ctx context.Context) ([]string, error) {
 		}
 		_, err := e.cli.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
 		if err != nil && !cerrdefs.IsNotFound(err) && !cerrdefs.IsConflict(err) {
-			errs = append(errs, engineErr(err))
+			errs = append(errs, e.engineErr(err))
 			continue
 		}
 		removed = append(removed, c.ID)

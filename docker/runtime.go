@@ -57,7 +57,7 @@ func (e *Executor) runtime(ctx context.Context, name string) (runtimeInfo, error
 	}
 	res, err := e.cli.Info(ctx, client.InfoOptions{})
 	if err != nil {
-		return runtimeInfo{}, fmt.Errorf("runbox/docker: asking the Engine for its runtimes: %w", engineErr(err))
+		return runtimeInfo{}, fmt.Errorf("runbox/docker: asking the Engine for its runtimes: %w", e.engineErr(err))
 	}
 	c.known, c.fallback = res.Info.Runtimes, res.Info.DefaultRuntime
 	if rt, ok := lookup(); ok {

@@ -136,10 +136,10 @@ func (e *Executor) create(ctx context.Context, spec runbox.Spec) (*Session, erro
 			os.RemoveAll(plan.runDir)
 		}
 		if cerrdefs.IsConflict(err) {
-			return nil, fmt.Errorf("%w: %w", runbox.ErrInvalidSpec, err)
+			return nil, fmt.Errorf("%w: %w", runbox.ErrInvalidSpec, e.engineErr(err))
 		}
 		if cerrdefs.IsInvalidArgument(err) {
-			return nil, fmt.Errorf("%w: the Engine refused the spec: %w%s", runbox.ErrInvalidSpec, err, e.remoteNote(spec.Mounts))
+			return nil, fmt.Errorf("%w: %w%s", runbox.ErrInvalidSpec, e.engineErr(err), e.remoteNote(spec.Mounts))
 		}
 		return nil, e.classifyImageErr(spec.Image, err)
 	}
@@ -165,7 +165,7 @@ func (e *Executor) start(ctx context.Context, s *Session) error {
 		if ctx.Err() != nil {
 			return fmt.Errorf("runbox/docker: open: %w: %w", runbox.ErrCancelled, ctx.Err())
 		}
-		return fmt.Errorf("runbox/docker: open: starting the lifetime process: %w: %w", runbox.ErrStart, engineErr(err))
+		return fmt.Errorf("runbox/docker: open: starting the lifetime process: %w: %w", runbox.ErrStart, e.engineErr(err))
 	}
 	if s.plan != nil {
 		c, err := e.connectAgent(ctx, s, s.plan)
@@ -187,7 +187,7 @@ func (s *Session) checkRunning(ctx context.Context) error {
 		if cerrdefs.IsNotFound(err) {
 			return fmt.Errorf("%w: container %s no longer exists", runbox.ErrSessionEnded, shortID(s.id))
 		}
-		return engineErr(err)
+		return s.e.engineErr(err)
 	}
 	st := res.Container.State
 	if st == nil || st.Running {
@@ -245,7 +245,7 @@ func (e *Executor) checkNetwork(ctx context.Context, n runbox.NetworkPolicy) err
 		if cerrdefs.IsNotFound(err) {
 			return fmt.Errorf("%w: unknown network %q", runbox.ErrInvalidSpec, n)
 		}
-		return engineErr(err)
+		return e.engineErr(err)
 	}
 	return nil
 }
@@ -372,18 +372,32 @@ func (s *Session) Snapshot(ctx context.Context, opts runbox.SnapshotOptions) (ru
 	if s.closed.Load() {
 		return runbox.Image{}, runbox.ErrSessionClosed
 	}
+	// The image is committed untagged and tagged afterwards: an Engine
+	// that refuses the reference only after committing (a repository name
+	// it finds invalid) would otherwise leave the image behind, untagged.
 	res, err := s.e.cli.ContainerCommit(ctx, s.id, client.ContainerCommitOptions{
-		Reference: opts.Reference,
-		Comment:   opts.Comment,
-		Author:    opts.Author,
-		NoPause:   !opts.Pause,
-		Config:    s.snapshotConfig(opts.Labels),
+		Comment: opts.Comment,
+		Author:  opts.Author,
+		NoPause: !opts.Pause,
+		Config:  s.snapshotConfig(opts.Labels),
 	})
 	if err != nil {
 		if s.closed.Load() {
 			return runbox.Image{}, fmt.Errorf("%w: %w", runbox.ErrSessionClosed, err)
 		}
-		return runbox.Image{}, fmt.Errorf("runbox/docker: snapshot: %w", engineErr(err))
+		return runbox.Image{}, fmt.Errorf("runbox/docker: snapshot: %w", s.e.engineErr(err))
+	}
+	if opts.Reference != "" {
+		if _, err := s.e.cli.ImageTag(ctx, client.ImageTagOptions{Source: res.ID, Target: opts.Reference}); err != nil {
+			err = fmt.Errorf("runbox/docker: snapshot: tagging %s: %w", opts.Reference, s.e.engineErr(err))
+			if cerrdefs.IsInvalidArgument(err) {
+				err = fmt.Errorf("%w: %w", runbox.ErrInvalidSpec, err)
+			}
+			if _, rmErr := s.e.cli.ImageRemove(context.WithoutCancel(ctx), res.ID, client.ImageRemoveOptions{}); rmErr != nil && !cerrdefs.IsNotFound(rmErr) {
+				err = errors.Join(err, fmt.Errorf("%w: removing the untagged snapshot %s: %w", runbox.ErrCleanup, shortID(res.ID), s.e.engineErr(rmErr)))
+			}
+			return runbox.Image{}, err
+		}
 	}
 	return s.e.InspectImage(ctx, res.ID)
 }
@@ -457,7 +471,7 @@ func (s *Session) remove(ctx context.Context) error {
 		err = s.waitRemoved(ctx)
 	}
 	if err != nil && !cerrdefs.IsNotFound(err) {
-		return fmt.Errorf("%w: removing container %s: %w", runbox.ErrCleanup, shortID(s.id), engineErr(err))
+		return fmt.Errorf("%w: removing container %s: %w", runbox.ErrCleanup, shortID(s.id), s.e.engineErr(err))
 	}
 	s.removed = true
 	if s.plan != nil && s.plan.runDir != "" {

@@ -405,6 +405,10 @@ func TestRemoteEngineChoiceCLI(t *testing.T) {
 		res = cli(ctxEnv, "image", "pull", "127.0.0.1:1/runbox-test/absent:"+runID)
 		assert.Equal(t, 125, res.code)
 		assert.Contains(t, res.stderr, r.tcp+" (context ux-d2)")
+		// Any other refusal too: a name the Engine already has.
+		res = cli(ctxEnv, "open", "--name", name, "--label", labelRun+"="+runID, fixtureRef, "--", "sleep", "1000000")
+		assert.Equal(t, 125, res.code)
+		assert.Contains(t, res.stderr, r.tcp+" (context ux-d2)")
 	})
 	t.Run("ssh:// is supported", func(t *testing.T) {
 		res := cli([]string{"PATH=" + r.sshPath + string(os.PathListSeparator) + os.Getenv("PATH")}, "-H", r.ssh, "exec", name, "--", "echo", "over ssh")
