@@ -27,6 +27,7 @@ type SessionOverError struct {
 	Status  *int
 }
 
+// Error returns the agent's last word after ErrSessionOver's text.
 func (e *SessionOverError) Error() string { return ErrSessionOver.Error() + ": " + e.Message }
 
 // Is makes the error match ErrSessionOver.

@@ -110,7 +110,10 @@ func (s *Spec) SameSandbox(c *Spec) bool {
 // took the command: nothing of the command ran.
 type SendError struct{ Err error }
 
+// Error says that the send failed, and why.
 func (e *SendError) Error() string { return "send command: " + e.Err.Error() }
+
+// Unwrap returns the socket's error.
 func (e *SendError) Unwrap() error { return e.Err }
 
 // SendCommand hands a prepared sandbox the one command it will run: the
