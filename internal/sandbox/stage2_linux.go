@@ -418,16 +418,29 @@ func bindPath(src, dst string, ro bool) error {
 			return err
 		}
 	}
-	tree, err := unix.OpenTree(sfd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH|unix.AT_RECURSIVE)
-	if err != nil {
-		return fmt.Errorf("open_tree: %w", err)
-	}
-	defer unix.Close(tree)
 	attr := uint64(unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV)
 	if ro {
 		attr |= unix.MOUNT_ATTR_RDONLY
 	}
-	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &unix.MountAttr{Attr_set: attr}); err != nil {
+	return attachClone(sfd, dst, attr, true)
+}
+
+// attachClone mounts a clone of the tree at sfd (recursively, or just its
+// top mount) with attr onto dst, which is reached without following any
+// symlink.
+func attachClone(sfd int, dst string, attr uint64, recursive bool) error {
+	openFlags := uint(unix.OPEN_TREE_CLONE | unix.OPEN_TREE_CLOEXEC | unix.AT_EMPTY_PATH)
+	setFlags := unix.AT_EMPTY_PATH
+	if recursive {
+		openFlags |= unix.AT_RECURSIVE
+		setFlags |= unix.AT_RECURSIVE
+	}
+	tree, err := unix.OpenTree(sfd, "", openFlags)
+	if err != nil {
+		return fmt.Errorf("open_tree: %w", err)
+	}
+	defer unix.Close(tree)
+	if err := unix.MountSetattr(tree, "", uint(setFlags), &unix.MountAttr{Attr_set: attr}); err != nil {
 		return fmt.Errorf("mount_setattr: %w", err)
 	}
 	dfd, err := noSymlinks(dst)
@@ -507,23 +520,7 @@ func bindTerminal(dst string) error {
 		return err
 	}
 	unix.Close(fd)
-	tree, err := unix.OpenTree(sfd, "", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_EMPTY_PATH)
-	if err != nil {
-		return fmt.Errorf("open_tree: %w", err)
-	}
-	defer unix.Close(tree)
-	if err := unix.MountSetattr(tree, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NOEXEC}); err != nil {
-		return fmt.Errorf("mount_setattr: %w", err)
-	}
-	dfd, err := noSymlinks(dst)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(dfd)
-	if err := unix.MoveMount(tree, "", dfd, "", unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_EMPTY_PATH); err != nil {
-		return fmt.Errorf("move_mount: %w", err)
-	}
-	return nil
+	return attachClone(sfd, dst, unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC, false)
 }
 
 // loopbackUp brings the new network namespace's lo interface up.
