@@ -92,18 +92,24 @@ func engineErr(err error) error {
 // engineErr is the package's engineErr for this Executor's Engine: a
 // refusal also names the Engine that refused (its endpoint), since a
 // user with several Engines must know which one answered. A connection
-// failure names it already, and so does a message that has it.
+// failure names it already, and an error named once is not named again.
 func (e *Executor) engineErr(err error) error {
 	err = engineErr(err)
-	if err == nil || e == nil || errors.Is(err, runbox.ErrTransport) {
+	var named *namedEngineErr
+	if err == nil || e == nil || errors.Is(err, runbox.ErrTransport) || errors.As(err, &named) {
 		return err
 	}
-	name := e.endpoint.String()
-	if name == "" || strings.Contains(err.Error(), name) {
-		return err
-	}
-	return fmt.Errorf("the Engine %s: %w", name, err)
+	return &namedEngineErr{engine: e.endpoint.String(), err: err}
 }
+
+// namedEngineErr is an Engine's refusal with the Engine's name.
+type namedEngineErr struct {
+	engine string
+	err    error
+}
+
+func (n *namedEngineErr) Error() string { return "the Engine " + n.engine + ": " + n.err.Error() }
+func (n *namedEngineErr) Unwrap() error { return n.err }
 
 // startErr is the error of a program that could not be started: it wraps
 // runbox.ErrStart, and also fs.ErrNotExist when the program was not found

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"slices"
 	"sync"
 	"time"
 
@@ -131,17 +130,18 @@ func (p *sandboxPool) add(ps *preparedSandbox) {
 func (p *sandboxPool) take(c *sandbox.Spec) *preparedSandbox {
 	p.mu.Lock()
 	var got *preparedSandbox
-	var stale []*preparedSandbox
+	var keep, stale []*preparedSandbox
 	for _, ps := range p.ready {
-		if got == nil && ps.serves(c) {
-			got = ps
-		} else if !ps.serves(c) {
+		switch {
+		case !ps.serves(c):
 			stale = append(stale, ps)
+		case got == nil:
+			got = ps
+		default:
+			keep = append(keep, ps)
 		}
 	}
-	p.ready = slices.DeleteFunc(p.ready, func(ps *preparedSandbox) bool {
-		return ps == got || slices.Contains(stale, ps)
-	})
+	p.ready = keep
 	p.mu.Unlock()
 	for _, ps := range stale {
 		ps.discard()

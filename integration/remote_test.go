@@ -230,22 +230,7 @@ func testRemoteSuite(t *testing.T, r remoteEngines, route remoteRoute, opts []do
 	})
 
 	t.Run("stream", func(t *testing.T) {
-		p, err := s.Start(ctx, runbox.ShellCommand("echo ready; read x; echo got $x"))
-		require.NoError(t, err)
-		defer p.Close(ctx)
-		lines := bufio.NewReader(p.Stdout())
-		first, err := lines.ReadString('\n')
-		require.NoError(t, err)
-		assert.Equal(t, "ready\n", first, "output arrives while the process still runs")
-		_, err = io.WriteString(p.Stdin(), "it\n")
-		require.NoError(t, err)
-		require.NoError(t, p.Stdin().Close())
-		rest, err := io.ReadAll(lines)
-		require.NoError(t, err)
-		assert.Equal(t, "got it\n", string(rest))
-		res, err := p.Wait(ctx)
-		require.NoError(t, err)
-		assert.Equal(t, 0, res.ExitCode)
+		converse(t, ctx, s, runbox.ShellCommand("echo ready; read x; echo got $x"))
 	})
 
 	t.Run("cancel", func(t *testing.T) {
@@ -343,6 +328,29 @@ func containersOfRemoteRun(t *testing.T, r remoteEngines) []string {
 		ids = append(ids, c.ID[:12])
 	}
 	return ids
+}
+
+// converse starts cmd, which prints "ready", reads a line x and prints
+// "got x", and holds that conversation with it: its output must arrive
+// while it still runs, and its input reach it.
+func converse(t *testing.T, ctx context.Context, st runbox.Starter, cmd runbox.Command) {
+	t.Helper()
+	p, err := st.Start(ctx, cmd)
+	require.NoError(t, err)
+	defer p.Close(ctx)
+	lines := bufio.NewReader(p.Stdout())
+	first, err := lines.ReadString('\n')
+	require.NoError(t, err)
+	assert.Equal(t, "ready\n", first, "output arrives while the process still runs")
+	_, err = io.WriteString(p.Stdin(), "it\n")
+	require.NoError(t, err)
+	require.NoError(t, p.Stdin().Close())
+	rest, err := io.ReadAll(lines)
+	require.NoError(t, err)
+	assert.Equal(t, "got it\n", string(rest))
+	res, err := p.Wait(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, 0, res.ExitCode)
 }
 
 type writerFunc func([]byte) (int, error)
@@ -555,22 +563,7 @@ func TestCallerInContainerWithHostSocket(t *testing.T) {
 	})
 	t.Run("stream", func(t *testing.T) {
 		ctx := fctx(t)
-		p, err := caller.Start(ctx, runbox.Command{Args: rbArgs("exec", "-i", name, "--", "sh", "-c", "echo ready; read x; echo got $x")})
-		require.NoError(t, err)
-		defer p.Close(ctx)
-		lines := bufio.NewReader(p.Stdout())
-		first, err := lines.ReadString('\n')
-		require.NoError(t, err)
-		assert.Equal(t, "ready\n", first, "output arrives while the command still runs")
-		_, err = io.WriteString(p.Stdin(), "it\n")
-		require.NoError(t, err)
-		require.NoError(t, p.Stdin().Close())
-		rest, err := io.ReadAll(lines)
-		require.NoError(t, err)
-		assert.Equal(t, "got it\n", string(rest))
-		res, err := p.Wait(ctx)
-		require.NoError(t, err)
-		assert.Equal(t, 0, res.ExitCode)
+		converse(t, ctx, caller, runbox.Command{Args: rbArgs("exec", "-i", name, "--", "sh", "-c", "echo ready; read x; echo got $x")})
 	})
 	t.Run("cancel", func(t *testing.T) {
 		ctx := fctx(t)

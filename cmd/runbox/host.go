@@ -397,14 +397,14 @@ func runHostTTY(ctx context.Context, e *host.Executor, c runbox.Command) (runbox
 // program (make build puts bin/runbox-sandbox next to bin/runbox), which
 // starts faster than this program re-executed; "" re-executes this one.
 func sandboxHelper() string {
+	if runtime.GOOS != "linux" {
+		return "" // the helper is the Linux sandbox's
+	}
 	exe, err := os.Executable()
 	if err != nil {
 		return ""
 	}
 	h := filepath.Join(filepath.Dir(exe), "runbox-sandbox")
-	if runtime.GOOS == "windows" {
-		return ""
-	}
 	if fi, err := os.Stat(h); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
 		return h
 	}
