@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"os"
@@ -11,7 +12,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/runbox-dev/runbox"
 	"github.com/runbox-dev/runbox/docker"
+	"github.com/runbox-dev/runbox/internal/testimage"
 	"golang.org/x/sys/unix"
 )
 
@@ -25,13 +28,7 @@ func BenchmarkAgentRunTrue(b *testing.B) {
 	e := agentExecutor(b)
 	s := open(b, e, baseSpec())
 	benchRunTrue(b, e, s)
-	b.Run("floor", func(b *testing.B) {
-		for b.Loop() {
-			if err := exec.Command("true").Run(); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
+	b.Run("floor", benchFloor)
 	b.Run("dockercli", func(b *testing.B) {
 		if _, err := exec.LookPath("docker"); err != nil {
 			b.Skip("no docker CLI")
@@ -41,6 +38,56 @@ func BenchmarkAgentRunTrue(b *testing.B) {
 			require.NoError(b, err, string(out))
 		}
 	})
+}
+
+// benchFloor is one fork and exec of the host's true by os/exec.
+func benchFloor(b *testing.B) {
+	for b.Loop() {
+		if err := exec.Command("true").Run(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkAgentRunTrueHostBinary runs a true that lives on the host's
+// filesystem, bind-mounted into the session: the same fork and exec as
+// Run(true) without the image's storage driver in the exec path (on an
+// Engine whose driver is fuse-overlayfs, every exec from the image goes
+// through the FUSE daemon).
+func BenchmarkAgentRunTrueHostBinary(b *testing.B) {
+	bb, err := testimage.Busybox()
+	require.NoError(b, err)
+	e := agentExecutor(b)
+	spec := baseSpec()
+	spec.Mounts = []runbox.Mount{{Source: bb, Target: "/hostbin/true", ReadOnly: true}}
+	s := open(b, e, spec)
+	ctx := context.Background()
+	b.Run("runbox", func(b *testing.B) {
+		for b.Loop() {
+			_, err := s.Run(ctx, argv("/hostbin/true"), runbox.Streams{})
+			require.NoError(b, err)
+		}
+	})
+	b.Run("floor", benchFloor)
+}
+
+// BenchmarkAgentRunTrueCaptured is Run(true) with both streams taken by
+// the caller, so that the agent gives the command pipes and reads them
+// (Run with no writers gives it /dev/null, as os/exec does).
+func BenchmarkAgentRunTrueCaptured(b *testing.B) {
+	e := agentExecutor(b)
+	s := open(b, e, baseSpec())
+	ctx := context.Background()
+	var out, errs bytes.Buffer
+	b.Run("runbox", func(b *testing.B) {
+		for b.Loop() {
+			out.Reset()
+			errs.Reset()
+			_, err := s.Run(ctx, argv("true"), runbox.Streams{Stdout: &out, Stderr: &errs})
+			require.NoError(b, err)
+		}
+	})
+	b.Run("floor", benchFloor)
 }
 
 func BenchmarkAgentStream64MiB(b *testing.B) {

@@ -338,8 +338,9 @@ func TestNoStdin(t *testing.T) {
 	assert.Equal(t, "given", out, "with input, stdin still flows")
 }
 
-// TestNoStdinOlderAgent: an agent whose hello does not offer NoStdin is
-// asked as before, and sent the stdin-eof frame once the command started.
+// TestNoStdinOlderAgent: an agent whose hello offers neither NoStdin nor
+// Discard is asked as before (pipes for every stream), and sent the
+// stdin-eof frame once the command started.
 func TestNoStdinOlderAgent(t *testing.T) {
 	a, b := net.Pipe()
 	defer a.Close()
@@ -372,6 +373,7 @@ func TestNoStdinOlderAgent(t *testing.T) {
 	require.NoError(t, err)
 	defer c.Close()
 	require.False(t, c.noStdin)
+	require.False(t, c.discard)
 	ex, err := c.Run(context.Background(), StartRequest{Args: []string{"cat"}}, RunOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, 0, ex.Code)
@@ -379,5 +381,41 @@ func TestNoStdinOlderAgent(t *testing.T) {
 	var req StartRequest
 	require.NoError(t, Decode(start, &req))
 	assert.False(t, req.NoStdin)
+	assert.False(t, req.DiscardStdout || req.DiscardStderr, "an older agent would send the output anyway")
 	assert.Equal(t, TypeStdinEOF, (<-frames).Type)
+}
+
+// TestDiscardedOutput: a stream the caller does not take is /dev/null for
+// the command, as os/exec gives for a nil Stdout, so that none of it
+// crosses the connection; a stream the caller takes is a pipe.
+func TestDiscardedOutput(t *testing.T) {
+	c := inProcessAgent(t)
+	require.True(t, c.discard, "the agent says it honours Discard")
+	probe := StartRequest{Args: []string{"sh", "-c", "r=$(readlink /proc/$$/fd/0 /proc/$$/fd/1); echo $r >&2; head -c 4000000 /dev/zero"}}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var errb bytes.Buffer
+	ex, err := c.Run(ctx, probe, RunOptions{Stderr: &errb})
+	require.NoError(t, err)
+	assert.Equal(t, 0, ex.Code)
+	assert.Equal(t, "/dev/null /dev/null\n", errb.String(), "stdin (no input) and stdout (discarded)")
+
+	out, errs, ex, err := run(t, c, probe, nil)
+	require.NoError(t, err)
+	assert.Equal(t, 0, ex.Code)
+	assert.Len(t, out, 4000000, "a stream the caller takes arrives whole")
+	assert.Regexp(t, `^/dev/null pipe:\[\d+\]\n$`, errs)
+
+	// Discarding stdout leaves stderr, and the other way round.
+	call, err := c.Start(StartRequest{Args: []string{"sh", "-c", "echo out; echo err >&2"}, NoStdin: true, DiscardStdout: true})
+	require.NoError(t, err)
+	defer call.Abandon()
+	var got []Type
+	for f := range call.Events() {
+		got = append(got, f.Type)
+		if f.Type == TypeExit {
+			break
+		}
+	}
+	assert.Equal(t, []Type{TypeStderr, TypeExit}, got)
 }

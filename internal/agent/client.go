@@ -55,6 +55,7 @@ type Client struct {
 	closed chan struct{} // closed when the connection ended
 
 	noStdin bool // the agent honours StartRequest.NoStdin
+	discard bool // the agent honours StartRequest.DiscardStdout and DiscardStderr
 }
 
 // ClientOptions configure a connection to an agent.
@@ -93,6 +94,7 @@ func NewClient(rw io.ReadWriteCloser, o ClientOptions) (*Client, error) {
 			return nil, fmt.Errorf("runbox/agent: handshake: %w", res.err)
 		}
 		c.noStdin = res.h.NoStdin
+		c.discard = res.h.Discard
 	case <-t.C:
 		rw.Close()
 		<-got
@@ -445,6 +447,9 @@ func (c *Client) Run(ctx context.Context, req StartRequest, o RunOptions) (Exit,
 	// Without input, the command's stdin is at end of file from the start:
 	// no started frame to wait for, no stdin-eof frame to send.
 	req.NoStdin = c.noStdin && o.Stdin == nil && !req.TTY
+	// Output nobody reads is not sent either.
+	req.DiscardStdout = c.discard && o.Stdout == nil && !req.TTY
+	req.DiscardStderr = c.discard && o.Stderr == nil && !req.TTY
 	call, err := c.Start(req)
 	if err != nil {
 		return Exit{}, err

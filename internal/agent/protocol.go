@@ -99,6 +99,9 @@ type Hello struct {
 	// StartRequest.NoStdin. Agents of the same protocol version that
 	// predate it leave it unset, and are sent the stdin-eof frame.
 	NoStdin bool `json:"noStdin,omitempty"`
+	// Discard, in the agent's hello, says that it honours
+	// StartRequest.DiscardStdout and DiscardStderr.
+	Discard bool `json:"discard,omitempty"`
 }
 
 // Lease renews or releases the session's lease. A leased session ends
@@ -139,6 +142,12 @@ type StartRequest struct {
 	// costs one frame each way, the start and the exit. Only for agents
 	// whose hello said NoStdin; never with TTY.
 	NoStdin bool `json:"noStdin,omitempty"`
+	// DiscardStdout and DiscardStderr give the command /dev/null for that
+	// stream: the caller takes none of it, so none crosses the connection
+	// (os/exec does the same for a nil Stdout). Only for agents whose
+	// hello said Discard; never with TTY.
+	DiscardStdout bool `json:"discardStdout,omitempty"`
+	DiscardStderr bool `json:"discardStderr,omitempty"`
 }
 
 // Started reports the command's process ID in the session.

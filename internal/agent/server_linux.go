@@ -426,6 +426,9 @@ type server struct {
 	lease   *lease    // nil: the session is persistent
 	conns   map[*conn]bool
 	over    *Fatal // why the session ended; nil while it runs
+
+	nullOnce sync.Once
+	null     int // /dev/null, the stdin of commands without input; -1 if it cannot be opened
 }
 
 // startLifetime starts the session's own process with the agent's stdio.
@@ -575,7 +578,7 @@ func (c *conn) handshake(r *Reader) error {
 		return fmt.Errorf("unsupported protocol version %d (this agent speaks %d)", h.Version, Version)
 	}
 	nonce := random(NonceSize)
-	reply := Hello{Version: Version, Pid: os.Getpid(), Nonce: nonce, NoStdin: true}
+	reply := Hello{Version: Version, Pid: os.Getpid(), Nonce: nonce, NoStdin: true, Discard: true}
 	if c.s.key != nil {
 		if len(h.Nonce) != NonceSize {
 			return fmt.Errorf("%w: the client sent no nonce", ErrAuth)
@@ -801,8 +804,29 @@ func (c *conn) start(id uint32, req StartRequest) {
 		cred.NoSetGroups = os.Getuid() != 0
 	}
 
-	var childFiles, parentEnds []*os.File
+	// The child's ends are plain descriptors handed to the fork: wrapping
+	// them in *os.File would register them with the poller and switch
+	// them between blocking modes, a dozen system calls per command for
+	// descriptors the agent never reads.
+	var childFds []int
+	var parentEnds []*os.File
 	var stdout, stderr *os.File
+	closeChild := func() {
+		seen := map[int]bool{c.s.devNull(): true}
+		for _, fd := range childFds {
+			if !seen[fd] {
+				seen[fd] = true
+				unix.Close(fd)
+			}
+		}
+	}
+	closeAll := func(fs []*os.File) {
+		for _, f := range fs {
+			if f != nil {
+				f.Close()
+			}
+		}
+	}
 	cmd := newCommand()
 	sys := &syscall.SysProcAttr{Setpgid: true}
 	if req.TTY {
@@ -814,45 +838,68 @@ func (c *conn) start(id uint32, req StartRequest) {
 		if req.Rows > 0 && req.Cols > 0 {
 			_ = pty.Setsize(master, &pty.Winsize{Rows: req.Rows, Cols: req.Cols})
 		}
-		childFiles = []*os.File{slave, slave, slave}
+		sfd, err := unix.Dup(int(slave.Fd()))
+		slave.Close()
+		if err != nil {
+			master.Close()
+			fail(err)
+			return
+		}
+		unix.CloseOnExec(sfd)
+		childFds = []int{sfd, sfd, sfd}
 		cmd.tty, cmd.stdin, stdout = master, master, master
 		sys = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 		parentEnds = []*os.File{master}
 	} else {
-		inR, inW, err1 := os.Pipe()
-		outR, outW, err2 := os.Pipe()
-		errR, errW, err3 := os.Pipe()
-		if err := errors.Join(err1, err2, err3); err != nil {
-			fail(err)
-			return
-		}
-		// Bigger pipes mean fewer, fuller frames for a fast writer.
-		_, _ = unix.FcntlInt(outR.Fd(), unix.F_SETPIPE_SZ, 1<<20)
-		_, _ = unix.FcntlInt(errR.Fd(), unix.F_SETPIPE_SZ, 1<<20)
-		childFiles = []*os.File{inR, outW, errW}
-		cmd.stdin, stdout, stderr = inW, outR, errR
-		parentEnds = []*os.File{inW, outR, errR}
-	}
-	closeAll := func(fs []*os.File) {
-		for _, f := range fs {
-			if f != nil {
-				f.Close()
+		in := c.s.devNull()
+		if !req.NoStdin || in < 0 {
+			w, r, err := commandPipe(false)
+			if err != nil {
+				fail(err)
+				return
 			}
+			in, cmd.stdin = r, w
+			parentEnds = append(parentEnds, w)
+		}
+		childFds = append(childFds, in)
+		for _, o := range []struct {
+			f       **os.File
+			discard bool
+		}{{&stdout, req.DiscardStdout}, {&stderr, req.DiscardStderr}} {
+			if o.discard && c.s.devNull() >= 0 {
+				childFds = append(childFds, c.s.devNull())
+				continue
+			}
+			r, w, err := commandPipe(true)
+			if err != nil {
+				closeChild()
+				closeAll(parentEnds)
+				fail(err)
+				return
+			}
+			*o.f = r
+			childFds = append(childFds, w)
+			parentEnds = append(parentEnds, r)
 		}
 	}
 
 	sys.Credential = cred
+	pidfd := -1
+	if pidfdWaits() {
+		sys.PidFD = &pidfd
+	}
+	files := make([]uintptr, len(childFds))
+	for i, fd := range childFds {
+		files[i] = uintptr(fd)
+	}
 	status := make(chan unix.WaitStatus, 1)
-	var p *os.Process
 	for deadline := time.Now().Add(forkRetry); ; {
 		c.s.mu.Lock()
 		c.s.oom.around(func() {
-			p, err = os.StartProcess(path, req.Args, &os.ProcAttr{Dir: req.Dir, Env: env, Files: childFiles, Sys: sys})
+			cmd.pid, err = syscall.ForkExec(path, req.Args, &syscall.ProcAttr{Dir: req.Dir, Env: env, Files: files, Sys: sys})
 		})
 		if err == nil {
-			cmd.pid = p.Pid
-			c.s.waiters[p.Pid] = status
-			_ = p.Release()
+			c.s.waiters[cmd.pid] = status
 		}
 		c.s.mu.Unlock()
 		// EAGAIN: the pids limit is full, perhaps of a killed command's
@@ -862,16 +909,18 @@ func (c *conn) start(id uint32, req StartRequest) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	closeAll(uniq(childFiles))
+	closeChild()
 	if err != nil {
 		closeAll(parentEnds)
-		failProgram(err)
+		failProgram(&os.PathError{Op: "fork/exec", Path: path, Err: err})
 		return
 	}
 	c.cmds.Store(id, cmd)
-	if req.NoStdin && !req.TTY {
-		// End of file at once, and no started frame: the client has
+	if cmd.stdin == nil {
+		// Stdin is /dev/null, and no started frame: the client has
 		// nothing to send and waits only for the exit.
+		cmd.stopStdin()
+	} else if req.NoStdin && !req.TTY {
 		cmd.stdin.Close()
 		cmd.stopStdin()
 	} else {
@@ -896,14 +945,19 @@ func (c *conn) start(id uint32, req StartRequest) {
 			}
 		}
 	}
-	outputs.Add(1)
-	go pump(stdout, TypeStdout)
+	if stdout != nil {
+		outputs.Add(1)
+		go pump(stdout, TypeStdout)
+	}
 	if stderr != nil {
 		outputs.Add(1)
 		go pump(stderr, TypeStderr)
 	}
 	go func() {
-		st := <-status
+		st, ok := c.s.waitExit(cmd.pid, pidfd)
+		if !ok {
+			st = <-status // the reaper collected it
+		}
 		outputs.Wait()
 		cmd.stopStdin()
 		closeAll(parentEnds)
@@ -974,18 +1028,6 @@ func (o *oomScore) around(spawn func()) {
 // pumpBuffers recycles output buffers: two per command would otherwise be
 // allocated for every `true`.
 var pumpBuffers = sync.Pool{New: func() any { b := make([]byte, 256<<10); return &b }}
-
-func uniq(fs []*os.File) []*os.File {
-	var out []*os.File
-	seen := map[*os.File]bool{}
-	for _, f := range fs {
-		if !seen[f] {
-			seen[f] = true
-			out = append(out, f)
-		}
-	}
-	return out
-}
 
 // mergeEnv applies extra KEY=VALUE entries over base.
 func mergeEnv(base, extra []string) []string {
