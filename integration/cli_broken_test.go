@@ -221,6 +221,17 @@ func TestCLISessionClosedElsewhere(t *testing.T) {
 	assert.NotContains(t, r.stderr, "close it with")
 }
 
+// TestCLISessionEndedByItself is the other side: a session whose lifetime
+// process ended on its own stays, and the hint says to close it.
+func TestCLISessionEndedByItself(t *testing.T) {
+	id := openCLI(t, "--init", fixtureRef, "--", "sleep", "2")
+	r := cli(t, nil, "exec", id, "--", "sleep", "1000")
+	assert.Equal(t, 125, r.code, r.stderr)
+	oneLine(t, r, "ended by itself")
+	assert.Contains(t, r.stderr, "close it with `runbox close`")
+	assert.NotContains(t, r.stderr, "closed or removed")
+}
+
 // waitForProcess waits until a process whose command line ends with cmd
 // runs in the session.
 func waitForProcess(t *testing.T, id, cmd string) {

@@ -240,11 +240,24 @@ func explainEnded(ctx context.Context, id string, err error) error {
 	}
 	defer e.Close()
 	ctx = context.WithoutCancel(ctx)
-	info, ferr := e.Find(ctx, id)
-	if errors.Is(ferr, runbox.ErrSessionNotFound) {
-		return fmt.Errorf("%w: %s", errSessionRemoved, shortID(id))
+	removed := fmt.Errorf("%w: %s", errSessionRemoved, shortID(id))
+	// Inspect, not the list: the list may still show a container that is
+	// being killed as running. id is the session's full ID.
+	gone := func() (bool, *container.State) {
+		res, ierr := e.Client().ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+		if cerrdefs.IsNotFound(ierr) {
+			return true, nil
+		}
+		if ierr != nil {
+			return false, nil
+		}
+		return false, res.Container.State
 	}
-	if ferr != nil || info.State == "running" {
+	isGone, st := gone()
+	if isGone {
+		return removed
+	}
+	if st == nil || st.Running {
 		return err
 	}
 	// Close kills the session, then removes it: a session being closed
@@ -254,10 +267,11 @@ func explainEnded(ctx context.Context, id string, err error) error {
 	wait := e.Client().ContainerWait(wctx, id, client.ContainerWaitOptions{Condition: container.WaitConditionRemoved})
 	select {
 	case <-wait.Result:
-		return fmt.Errorf("%w: %s", errSessionRemoved, shortID(id))
-	case werr := <-wait.Error:
-		if cerrdefs.IsNotFound(werr) {
-			return fmt.Errorf("%w: %s", errSessionRemoved, shortID(id))
+		return removed
+	case <-wait.Error:
+		// Not found, or a wait the Engine cut short: ask once more.
+		if isGone, _ := gone(); isGone {
+			return removed
 		}
 	}
 	return err
