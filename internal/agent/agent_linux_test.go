@@ -419,3 +419,27 @@ func TestDiscardedOutput(t *testing.T) {
 	}
 	assert.Equal(t, []Type{TypeStderr, TypeExit}, got)
 }
+
+// TestEndDuringHandshake: a session whose lifetime process ends while a
+// caller is still shaking hands tells that caller too, instead of running
+// its commands as if nothing had happened (seen in CI: Run(true) kept
+// succeeding until the lease ran out).
+func TestEndDuringHandshake(t *testing.T) {
+	s := &server{waiters: map[int]chan unix.WaitStatus{}, conns: map[*conn]bool{}}
+	s.afterHandshake = func() { s.end("the lifetime process exited with code 5", 5) }
+	a, b := net.Pipe()
+	served := make(chan struct{})
+	go func() { s.handle(a); close(served) }()
+	t.Cleanup(func() { b.Close(); <-served })
+	c, err := NewClient(b, ClientOptions{Timeout: 5 * time.Second})
+	require.NoError(t, err)
+	defer c.Close()
+	select {
+	case <-c.Done():
+	case <-time.After(10 * time.Second):
+		require.FailNow(t, "the caller was never told that the session ended")
+	}
+	var over *SessionOverError
+	require.ErrorAs(t, c.Err(), &over)
+	assert.Contains(t, over.Message, "code 5")
+}

@@ -427,6 +427,8 @@ type server struct {
 	conns   map[*conn]bool
 	over    *Fatal // why the session ended; nil while it runs
 
+	afterHandshake func() // tests: runs between a handshake and the connection's registration
+
 	nullOnce sync.Once
 	null     int // /dev/null, the stdin of commands without input; -1 if it cannot be opened
 }
@@ -540,11 +542,22 @@ func (s *server) handle(nc net.Conn) {
 	}
 	_ = nc.SetDeadline(time.Time{})
 	c.s.lease.renew()
+	if s.afterHandshake != nil {
+		s.afterHandshake()
+	}
+	// Registered and checked in one step with end, which sets over and
+	// then tells the registered connections: a session that ended during
+	// this handshake is told here, never missed by both.
 	s.mu.Lock()
-	if s.conns != nil {
+	over := s.over
+	if over == nil && s.conns != nil {
 		s.conns[c] = true
 	}
 	s.mu.Unlock()
+	if over != nil {
+		_ = c.sendJSON(TypeError, 0, *over)
+		return
+	}
 	defer func() {
 		s.mu.Lock()
 		delete(s.conns, c)
