@@ -434,6 +434,11 @@ func TestEndDuringHandshake(t *testing.T) {
 	c, err := NewClient(b, ClientOptions{Timeout: 5 * time.Second})
 	require.NoError(t, err)
 	defer c.Close()
+	// A command sent before the news arrives starts nothing, and the
+	// caller learns the end, not a broken connection.
+	_, err = c.Run(context.Background(), StartRequest{Args: []string{"true"}}, RunOptions{})
+	require.Error(t, err)
+	assert.ErrorIs(t, err, ErrSessionOver)
 	select {
 	case <-c.Done():
 	case <-time.After(10 * time.Second):

@@ -185,7 +185,9 @@ func (c *Client) write(fn func(io.Writer) error) error {
 	defer c.wmu.Unlock()
 	if err := fn(c.rw); err != nil {
 		c.fail(err)
-		return fmt.Errorf("%w: %w", ErrConnectionLost, err)
+		// When the reader already learnt why the connection ended (the
+		// session is over), that is the answer, not the failed write.
+		return fmt.Errorf("%w: %w", ErrConnectionLost, c.Err())
 	}
 	return nil
 }

@@ -547,22 +547,24 @@ func (s *server) handle(nc net.Conn) {
 	}
 	// Registered and checked in one step with end, which sets over and
 	// then tells the registered connections: a session that ended during
-	// this handshake is told here, never missed by both.
+	// this handshake is told here, never missed by both. The connection
+	// stays open either way: the caller closes it once it has read why,
+	// and a write of its own meanwhile must not fail first as a broken
+	// pipe, which would read as a transport failure.
 	s.mu.Lock()
 	over := s.over
-	if over == nil && s.conns != nil {
+	if s.conns != nil {
 		s.conns[c] = true
 	}
 	s.mu.Unlock()
-	if over != nil {
-		_ = c.sendJSON(TypeError, 0, *over)
-		return
-	}
 	defer func() {
 		s.mu.Lock()
 		delete(s.conns, c)
 		s.mu.Unlock()
 	}()
+	if over != nil {
+		_ = c.sendJSON(TypeError, 0, *over)
+	}
 	for {
 		f, err := r.Next()
 		if err != nil {
@@ -643,6 +645,10 @@ func (c *conn) dispatch(f Frame) error {
 		}
 		return nil
 	case TypeStart:
+		if over := c.s.endedWith(); over != nil {
+			// The session is over: nothing more starts in it.
+			return c.sendJSON(TypeError, 0, *over)
+		}
 		if _, loaded := c.cmds.Load(f.ID); loaded || f.ID == 0 {
 			return fmt.Errorf("%w: command id %d reused", ErrProtocol, f.ID)
 		}
