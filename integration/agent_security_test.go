@@ -238,6 +238,17 @@ func TestAgentGivesCommandsOnlyTheirStreams(t *testing.T) {
 	o = run(t, s, runbox.ShellCommand(`ls /proc/$(pidof sleep)/fd >/tmp/fds; echo $(cat /tmp/fds)`))
 	require.NoError(t, o.err)
 	assert.Equal(t, "0 1 2\n", o.stdout, "the lifetime process")
+
+	// Without input and with stdout discarded, stdin and stdout are the
+	// agent's /dev/null, dup'd: the agent's own descriptor of it stays
+	// behind, for root and for nobody.
+	for _, user := range []string{"", "nobody"} {
+		var errs bytes.Buffer
+		_, err := s.Run(context.Background(), runbox.Command{Args: []string{"sh", "-c", "ls /proc/self/fd 1>&2"}, User: user},
+			runbox.Streams{Stderr: &errs})
+		require.NoError(t, err)
+		assert.Equal(t, "0\n1\n2\n3\n", errs.String(), "user %q", user)
+	}
 }
 
 // TestAgentLargeCommands: a command as large as Linux can exec runs

@@ -36,14 +36,7 @@ func BenchmarkPoolOpen(b *testing.B) {
 			b.StartTimer()
 		}
 	})
-	b.Run("raw", func(b *testing.B) {
-		for b.Loop() {
-			id := rawOpen(b, e.Client())
-			b.StopTimer()
-			rawClose(b, e.Client(), id)
-			b.StartTimer()
-		}
-	})
+	b.Run("raw", benchRawOpen(e.Client()))
 }
 
 // BenchmarkPoolOpenNamed: a named Open costs the pool one Engine call,
@@ -51,14 +44,7 @@ func BenchmarkPoolOpen(b *testing.B) {
 func BenchmarkPoolOpenNamed(b *testing.B) {
 	e := agentExecutor(b)
 	b.Run("runbox", func(b *testing.B) { benchPooledOpen(b, e, baseSpec(), "runbox-bench-"+runID) })
-	b.Run("raw", func(b *testing.B) {
-		for b.Loop() {
-			id := rawOpen(b, e.Client())
-			b.StopTimer()
-			rawClose(b, e.Client(), id)
-			b.StartTimer()
-		}
-	})
+	b.Run("raw", benchRawOpen(e.Client()))
 }
 
 // benchPooledOpen times Opens of spec (named name) that a warm pool

@@ -104,6 +104,14 @@ func sweepRemote(t testing.TB, r remoteEngines) {
 	assert.Empty(t, leaks, "objects survived the remote suite on the second Engine")
 }
 
+// createTLSContext creates the docker context name in the docker
+// configuration cfg, for the second Engine over TLS.
+func createTLSContext(t *testing.T, cfg, name string, r remoteEngines) {
+	t.Helper()
+	dockerCLI(t, "--config", cfg, "context", "create", name, "--docker",
+		fmt.Sprintf("host=%s,ca=%s/ca.pem,cert=%s/cert.pem,key=%s/key.pem", r.tcp, r.certs, r.certs, r.certs))
+}
+
 // clearEngineEnv leaves only what a route sets: no DOCKER_HOST, context or
 // TLS variable of the developer's, and an empty docker configuration.
 func clearEngineEnv(t testing.TB) string {
@@ -364,8 +372,7 @@ func TestRemoteEngineChoiceCLI(t *testing.T) {
 	t.Cleanup(func() { sweepRemote(t, r) })
 	bin := runboxBinary(t)
 	cfg := clearEngineEnv(t)
-	dockerCLI(t, "--config", cfg, "context", "create", "ux-d2", "--docker",
-		fmt.Sprintf("host=%s,ca=%s/ca.pem,cert=%s/cert.pem,key=%s/key.pem", r.tcp, r.certs, r.certs, r.certs))
+	createTLSContext(t, cfg, "ux-d2", r)
 	name := "rbx-ctx-" + runID
 	cli := func(env []string, args ...string) cliResult {
 		cmd := exec.Command(bin, args...)
@@ -618,8 +625,7 @@ func TestRemoteAllContexts(t *testing.T) {
 	t.Cleanup(func() { sweepRemote(t, r) })
 	bin := runboxBinary(t)
 	cfg := clearEngineEnv(t)
-	dockerCLI(t, "--config", cfg, "context", "create", "rbx-all", "--docker",
-		fmt.Sprintf("host=%s,ca=%s/ca.pem,cert=%s/cert.pem,key=%s/key.pem", r.tcp, r.certs, r.certs, r.certs))
+	createTLSContext(t, cfg, "rbx-all", r)
 	ctx := context.Background()
 
 	local := newExecutor(t)

@@ -827,16 +827,12 @@ func (c *conn) start(id uint32, req StartRequest) {
 	// them in *os.File would register them with the poller and switch
 	// them between blocking modes, a dozen system calls per command for
 	// descriptors the agent never reads.
-	var childFds []int
+	var childFds, owned []int // what the child gets; what this command made
 	var parentEnds []*os.File
 	var stdout, stderr *os.File
 	closeChild := func() {
-		seen := map[int]bool{c.s.devNull(): true}
-		for _, fd := range childFds {
-			if !seen[fd] {
-				seen[fd] = true
-				unix.Close(fd)
-			}
+		for _, fd := range owned {
+			unix.Close(fd)
 		}
 	}
 	closeAll := func(fs []*os.File) {
@@ -865,7 +861,7 @@ func (c *conn) start(id uint32, req StartRequest) {
 			return
 		}
 		unix.CloseOnExec(sfd)
-		childFds = []int{sfd, sfd, sfd}
+		childFds, owned = []int{sfd, sfd, sfd}, []int{sfd}
 		cmd.tty, cmd.stdin, stdout = master, master, master
 		sys = &syscall.SysProcAttr{Setsid: true, Setctty: true, Ctty: 0}
 		parentEnds = []*os.File{master}
@@ -878,6 +874,7 @@ func (c *conn) start(id uint32, req StartRequest) {
 				return
 			}
 			in, cmd.stdin = r, w
+			owned = append(owned, r)
 			parentEnds = append(parentEnds, w)
 		}
 		childFds = append(childFds, in)
@@ -898,6 +895,7 @@ func (c *conn) start(id uint32, req StartRequest) {
 			}
 			*o.f = r
 			childFds = append(childFds, w)
+			owned = append(owned, w)
 			parentEnds = append(parentEnds, r)
 		}
 	}
